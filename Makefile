@@ -1,0 +1,30 @@
+# The two commands: `make dev` (install and run Clarion) and `make test` (the whole suite, as CI runs it).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: dev test install lint bench services
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+services:
+	@bash scripts/services.sh
+
+dev: install services
+	$(VENV)/bin/clarion dev
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: install services lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: install services
+	$(PY) -m bench.e2e

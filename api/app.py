@@ -1,0 +1,56 @@
+"""The API application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.auth import KeyCache
+from api.errors import BodySizeLimit, install_error_handlers
+from api.outbox import Outbox
+from api.routes import health, notifications, sandbox
+from clarion.kafka import Publisher
+from clarion.settings import Settings
+from schema.db import create_engine
+from workers.render import Renderer
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the API. The DB engine, Kafka publisher and outbox live for the app's lifespan."""
+    if not settings.kafka_bootstrap:
+        raise ValueError("CLARION_KAFKA_BOOTSTRAP must be set for the API (clarion dev sets it for you)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
+        publisher = Publisher(settings.kafka_bootstrap or "")
+        outbox = Outbox(engine, publisher)
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.publisher = publisher
+        app.state.outbox = outbox
+        app.state.renderer = Renderer()
+        app.state.key_cache = KeyCache()
+        await outbox.start()
+        try:
+            yield
+        finally:
+            await outbox.stop()
+            await publisher.close()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Clarion",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Notification delivery: push, SMS and email, never lost, never sent twice.",
+    )
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(notifications.router)
+    if settings.sandbox_enabled:
+        app.include_router(sandbox.router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,69 @@
+"""Bearer API-key authentication and scope checks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request
+
+from api.errors import ApiError
+from clarion.tenants import Principal, lookup_key
+
+# Lookups are cached briefly so a hot key costs no query per request; a revoked key is
+# refused once its entry expires (within CACHE_TTL_S).
+CACHE_TTL_S = 5.0
+
+
+class KeyCache:
+    def __init__(self, ttl_s: float = CACHE_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, Principal | None]] = {}
+
+    def get(self, key: str) -> tuple[bool, Principal | None]:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] < time.monotonic():
+            return False, None
+        return True, entry[1]
+
+    def put(self, key: str, principal: Principal | None) -> None:
+        if len(self._entries) > 10_000:
+            self._entries.clear()
+        self._entries[key] = (time.monotonic() + self.ttl_s, principal)
+
+
+async def authenticate(request: Request) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(
+            401,
+            "unauthorized",
+            "Send your API key as 'Authorization: Bearer <key>'.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    key = key.strip()
+    cache: KeyCache = request.app.state.key_cache
+    hit, principal = cache.get(key)
+    if not hit:
+        async with request.app.state.engine.connect() as conn:
+            principal = await lookup_key(conn, key)
+        cache.put(key, principal)
+    if principal is None:
+        raise ApiError(
+            401, "unauthorized", "The API key is unknown or revoked.", headers={"WWW-Authenticate": "Bearer"}
+        )
+    request.state.principal = principal
+    return principal
+
+
+def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency that authenticates and demands ``scope`` (``admin`` implies every scope)."""
+
+    async def dependency(request: Request) -> Principal:
+        principal = await authenticate(request)
+        if scope not in principal.scopes and "admin" not in principal.scopes:
+            raise ApiError(403, "forbidden", f"This API key lacks the '{scope}' scope.")
+        return principal
+
+    return dependency

@@ -1,0 +1,150 @@
+"""One error shape for every failure: ``{"error": {"code", "message", "details"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error the caller can act on: HTTP status, machine-readable code, human message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = headers
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
+def error_response(
+    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def _is_db_unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, (OperationalError, InterfaceError, ConnectionError, OSError)):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    name = type(getattr(exc, "orig", exc)).__name__
+    return name in {
+        "CannotConnectNowError",
+        "ConnectionDoesNotExistError",
+        "InterfaceError",
+        "TooManyConnectionsError",
+    }
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return error_response(400, "malformed_json", "The request body is not valid JSON.")
+        details = [
+            {"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg")), "type": e.get("type")}
+            for e in errors
+        ]
+        first = details[0] if details else {"field": "body", "message": "invalid"}
+        return error_response(422, "validation_error", f"{first['field']}: {first['message']}", details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), None, dict(exc.headers or {}) or None)
+
+    @app.exception_handler(Exception)
+    async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
+        if _is_db_unavailable(exc):
+            log.warning("database unavailable: %s", type(exc).__name__)
+            return error_response(
+                503,
+                "database_unavailable",
+                "The notification log is unavailable; retry shortly.",
+                headers={"Retry-After": "2"},
+            )
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "Internal error.")
+
+
+class BodySizeLimit:
+    """Refuses request bodies over ``max_bytes`` with 413 before they are parsed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._reject(scope, receive, send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            413, "payload_too_large", f"The request body is larger than {self.max_bytes} bytes."
+        )
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass

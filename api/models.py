@@ -1,0 +1,160 @@
+"""Request and response bodies of the v1 API."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import phonenumbers
+from email_validator import EmailNotValidError, validate_email
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schema.enums import Channel, Platform, Priority
+
+E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+
+
+def check_phone(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not E164.match(value):
+        raise ValueError(f"'{value}' is not an E.164 phone number (like +14155550100)")
+    try:
+        parsed = phonenumbers.parse(value, None)
+    except phonenumbers.NumberParseException as exc:
+        raise ValueError(f"'{value}' is not a phone number: {exc}") from None
+    if not phonenumbers.is_possible_number(parsed):
+        raise ValueError(f"'{value}' is not a possible phone number")
+    return value
+
+
+def check_email(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return validate_email(value, check_deliverability=False).normalized
+    except EmailNotValidError as exc:
+        raise ValueError(f"'{value}' is not a valid email address: {exc}") from None
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeviceIn(Strict):
+    platform: Platform
+    token: str = Field(min_length=8, max_length=4096, pattern=r"^[A-Za-z0-9_:\-.]+$")
+
+
+class UserIn(Strict):
+    id: str = Field(min_length=1, max_length=255, description="your id for the user (external id)")
+    email: str | None = Field(default=None, max_length=320)
+    phone: str | None = Field(default=None, description="E.164, like +14155550100")
+    devices: list[DeviceIn] = Field(default_factory=list, max_length=50)
+    locale: str | None = Field(default=None, max_length=35, pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$")
+    timezone: str | None = Field(default=None, max_length=64)
+
+    _phone = field_validator("phone")(check_phone)
+    _email = field_validator("email")(check_email)
+
+
+class ContentIn(Strict):
+    subject: str | None = Field(default=None, max_length=998, description="email subject")
+    title: str | None = Field(default=None, max_length=998, description="push title")
+    body: str = Field(min_length=1, max_length=32_000)
+    html: str | None = Field(default=None, max_length=60_000)
+
+
+class NotificationIn(Strict):
+    event_id: str = Field(min_length=1, max_length=255, description="your idempotency key, unique per tenant")
+    user: UserIn | None = Field(
+        default=None, description="the recipient, upserted with these contact details"
+    )
+    user_id: str | None = Field(default=None, min_length=1, max_length=255, description="a known user's id")
+    channel: Channel
+    category: str = Field(default="general", min_length=1, max_length=64, pattern=NAME)
+    priority: Priority = Priority.normal
+    template: str | None = Field(default=None, min_length=1, max_length=128, pattern=NAME)
+    template_version: int | None = Field(default=None, ge=1)
+    content: ContentIn | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    send_at: datetime | None = None
+    expires_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> NotificationIn:
+        if (self.user is None) == (self.user_id is None):
+            raise ValueError("give exactly one of 'user' (with contact details) or 'user_id'")
+        if (self.template is None) == (self.content is None):
+            raise ValueError("give exactly one of 'template' or inline 'content'")
+        if self.template_version is not None and self.template is None:
+            raise ValueError("'template_version' needs 'template'")
+        return self
+
+    @property
+    def external_user_id(self) -> str:
+        return self.user.id if self.user is not None else str(self.user_id)
+
+
+class Accepted(BaseModel):
+    id: UUID
+    status: str
+    duplicate: bool = False
+
+
+class Transition(BaseModel):
+    status: str
+    at: datetime
+    detail: str | None = None
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    provider: str
+    started_at: datetime
+    finished_at: datetime
+    outcome: str
+    error_code: str | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    provider_message_id: str | None = None
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str | None = None
+
+
+class NotificationOut(BaseModel):
+    id: UUID
+    event_id: str
+    user_id: str
+    channel: Channel
+    category: str
+    priority: Priority
+    template: str | None
+    template_version: int | None
+    status: str
+    attempts: int
+    provider: str | None
+    provider_message_id: str | None
+    error: ErrorInfo | None
+    created_at: datetime
+    updated_at: datetime
+    history: list[Transition]
+    delivery_attempts: list[AttemptOut] = Field(default_factory=list)
+
+
+class SandboxMessageOut(BaseModel):
+    notification_id: UUID
+    channel: str
+    recipient: str
+    subject: str | None
+    body: str
+    html: str | None
+    data: dict[str, Any]
+    provider_message_id: str
+    created_at: datetime

@@ -1,0 +1,92 @@
+"""Publishing accepted notifications to Kafka, off the request path.
+
+The API answers ``202`` once the row is committed and hands the message here. A background task
+publishes in batches and marks the rows ``queued``. Anything that never reaches the broker (broker
+down, process killed, queue full) stays ``accepted`` in the log and the relay republishes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from clarion.kafka import Publisher
+from schema.messages import NotificationMessage
+
+log = logging.getLogger(__name__)
+
+MARK_PUBLISHED = sa.text(
+    """
+    UPDATE notifications
+       SET published_at = now(),
+           status = CASE WHEN status = 'accepted' THEN 'queued' ELSE status END,
+           history = CASE WHEN status = 'accepted'
+                          THEN history || jsonb_build_array(jsonb_build_object(
+                               'status', 'queued', 'at', to_char(now() AT TIME ZONE 'UTC',
+                               'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'), 'detail', NULL))
+                          ELSE history END
+     WHERE id = ANY(:ids)
+    """
+)
+
+
+async def mark_published(engine: AsyncEngine, ids: list[UUID]) -> None:
+    """Record that these notifications reached the broker (``accepted`` -> ``queued``)."""
+    if not ids:
+        return
+    async with engine.begin() as conn:
+        await conn.execute(MARK_PUBLISHED, {"ids": ids})
+
+
+class Outbox:
+    """Batches messages to the broker; ``submit`` never blocks the request."""
+
+    def __init__(
+        self, engine: AsyncEngine, publisher: Publisher, *, max_pending: int = 20_000, max_batch: int = 1_000
+    ) -> None:
+        self.engine = engine
+        self.publisher = publisher
+        self.max_batch = max_batch
+        self._queue: asyncio.Queue[NotificationMessage] = asyncio.Queue(max_pending)
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, message: NotificationMessage) -> bool:
+        """Queue for publishing; False when full (the relay will pick the row up)."""
+        try:
+            self._queue.put_nowait(message)
+            return True
+        except asyncio.QueueFull:
+            return False
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="clarion-outbox")
+
+    async def stop(self, drain_timeout_s: float = 5.0) -> None:
+        """Publish what is queued (bounded by ``drain_timeout_s``), then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), drain_timeout_s)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self.max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                acked = await self.publisher.publish_many(batch)
+                await mark_published(self.engine, [UUID(i) for i in acked])
+            except Exception:
+                log.warning("outbox batch of %d not recorded as published", len(batch), exc_info=True)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()

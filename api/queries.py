@@ -1,0 +1,70 @@
+"""Read models: a notification with its history and attempts, sandbox messages."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.models import AttemptOut, ErrorInfo, NotificationOut, SandboxMessageOut, Transition
+from schema.models import DeliveryAttempt, Notification, SandboxMessage, User
+
+_n = Notification.__table__  # type: ignore[attr-defined]
+_u = User.__table__  # type: ignore[attr-defined]
+_a = DeliveryAttempt.__table__  # type: ignore[attr-defined]
+_s = SandboxMessage.__table__  # type: ignore[attr-defined]
+
+
+def notification_out(row: Any, attempts: list[Any]) -> NotificationOut:
+    return NotificationOut(
+        id=row.id,
+        event_id=row.event_id,
+        user_id=row.external_id,
+        channel=row.channel,
+        category=row.category,
+        priority=row.priority,
+        template=row.template,
+        template_version=row.template_version,
+        status=row.status,
+        attempts=row.attempts,
+        provider=row.provider,
+        provider_message_id=row.provider_message_id,
+        error=ErrorInfo(code=row.error_code, message=row.error_message) if row.error_code else None,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        history=[Transition.model_validate(h) for h in row.history],
+        delivery_attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in attempts],
+    )
+
+
+async def get_notification(
+    engine: AsyncEngine, *, tenant_id: str, notification_id: UUID
+) -> NotificationOut | None:
+    """The notification with its transitions and provider calls, or None (also for another tenant's id)."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                sa.select(_n, _u.c.external_id)
+                .join(_u, _u.c.id == _n.c.user_id)
+                .where(_n.c.id == notification_id, _n.c.tenant_id == tenant_id)
+            )
+        ).first()
+        if row is None:
+            return None
+        attempts = (
+            await conn.execute(sa.select(_a).where(_a.c.notification_id == notification_id).order_by(_a.c.id))
+        ).all()
+    return notification_out(row, list(attempts))
+
+
+async def sandbox_messages(
+    engine: AsyncEngine, *, tenant_id: str, notification_id: UUID | None, limit: int
+) -> list[SandboxMessageOut]:
+    query = sa.select(_s).where(_s.c.tenant_id == tenant_id).order_by(_s.c.id.desc()).limit(limit)
+    if notification_id is not None:
+        query = query.where(_s.c.notification_id == notification_id)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [SandboxMessageOut.model_validate(r, from_attributes=True) for r in rows]

@@ -1,0 +1,1 @@
+"""What every Clarion process shares: settings, CLI, logging, metrics, the embedded dev runner."""

@@ -1,0 +1,125 @@
+"""The ``clarion`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+
+from pydantic import ValidationError
+
+from clarion.logs import setup_logging
+from clarion.settings import Settings
+from schema.enums import Channel
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"clarion: invalid settings:\n{exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def _need_bootstrap(settings: Settings) -> None:
+    if not settings.kafka_bootstrap:
+        print("clarion: set CLARION_KAFKA_BOOTSTRAP (host:port of a Kafka broker)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _run(main: Callable[[], Awaitable[object]]) -> None:
+    try:
+        asyncio.run(main())  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="clarion", description="Clarion notification delivery platform.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_dev = sub.add_parser(
+        "dev", help="run everything in one process: broker, migrations, API, workers, relay"
+    )
+    p_dev.add_argument("--port", type=int, help="API port (default 8000)")
+    p_dev.add_argument("--host", help="API interface (default 127.0.0.1)")
+    p_api = sub.add_parser("api", help="serve the HTTP API")
+    p_api.add_argument("--port", type=int)
+    p_api.add_argument("--host")
+    p_worker = sub.add_parser("worker", help="run one channel's worker")
+    p_worker.add_argument("channel", choices=[c.value for c in Channel])
+    sub.add_parser("relay", help="run the outbox relay")
+    p_db = sub.add_parser("db", help="database schema")
+    p_db.add_argument("action", choices=["upgrade"])
+    p_topics = sub.add_parser("topics", help="Kafka topics")
+    p_topics.add_argument("action", choices=["create"])
+    p_keys = sub.add_parser("keys", help="API keys")
+    p_keys.add_argument("action", choices=["create", "revoke"])
+    p_keys.add_argument("--tenant", help="tenant id (created if missing)")
+    p_keys.add_argument("--scopes", default="send,read", help="comma-separated: send,read,admin,preferences")
+    p_keys.add_argument("--key-id", help="key id to revoke")
+    args = parser.parse_args(argv)
+
+    from clarion import runner
+
+    if args.command == "dev":
+        settings = _settings(api_port=args.port, api_host=args.host)
+        setup_logging(settings.log_level)
+        _run(lambda: runner.dev(settings))
+        return
+    settings = _settings(api_port=getattr(args, "port", None), api_host=getattr(args, "host", None))
+    setup_logging(settings.log_level)
+    if args.command == "db":
+        _run(lambda: runner.prepare_database(settings))
+        print("database is at the newest schema")
+    elif args.command == "topics":
+        _need_bootstrap(settings)
+        from clarion.kafka import create_topics
+
+        _run(lambda: create_topics(settings.kafka_bootstrap or "", partitions=settings.topic_partitions))
+        print("topics ready")
+    elif args.command == "keys":
+        _keys(args, settings)
+    else:
+        _need_bootstrap(settings)
+        stop = runner.wait_for_signal
+        if args.command == "api":
+            _run(lambda: runner.serve_api(settings, stop))
+        elif args.command == "worker":
+            _run(lambda: runner.run_workers(settings, [Channel(args.channel)], stop))
+        else:
+            _run(lambda: runner.run_relay(settings, stop))
+
+
+def _keys(args: argparse.Namespace, settings: Settings) -> None:
+    from clarion.tenants import create_api_key, ensure_tenant, revoke_api_key
+    from schema.db import create_engine
+
+    async def work() -> None:
+        engine = create_engine(settings.database_url, pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                if args.action == "create":
+                    if not args.tenant:
+                        raise SystemExit("clarion: keys create needs --tenant")
+                    await ensure_tenant(conn, tenant_id=args.tenant)
+                    scopes = tuple(s.strip() for s in args.scopes.split(",") if s.strip())
+                    try:
+                        print(await create_api_key(conn, tenant_id=args.tenant, scopes=scopes))
+                    except ValueError as exc:
+                        raise SystemExit(f"clarion: {exc}") from None
+                else:
+                    if not args.key_id:
+                        raise SystemExit("clarion: keys revoke needs --key-id")
+                    if not await revoke_api_key(conn, key_id=args.key_id):
+                        raise SystemExit(f"clarion: no active key {args.key_id}")
+                    print(f"revoked {args.key_id}")
+        finally:
+            await engine.dispose()
+
+    asyncio.run(work())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Running Clarion's processes: each alone (``clarion api|worker|relay``) or all in one (``clarion dev``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from api.app import create_app
+from api.relay import Relay
+from clarion.broker import TansuBroker
+from clarion.kafka import Publisher, create_topics
+from clarion.settings import Settings
+from clarion.tenants import create_api_key, ensure_tenant
+from schema.db import create_engine, ensure_database, upgrade_async
+from schema.enums import Channel
+from workers.app import Worker
+from workers.templates import install_default_templates
+
+log = logging.getLogger(__name__)
+
+DEV_TENANT = "dev"
+
+
+async def prepare_database(settings: Settings) -> None:
+    """Create the database if missing and migrate it to the newest schema."""
+    await ensure_database(settings.database_url)
+    await upgrade_async(settings.database_url)
+
+
+async def ensure_dev_tenant(settings: Settings) -> str:
+    """The dev tenant with every scope and the shipped templates; returns its API key."""
+    engine = create_engine(settings.database_url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            await ensure_tenant(conn, tenant_id=DEV_TENANT, name="Development")
+            await install_default_templates(conn=conn, tenant_id=DEV_TENANT)
+            key = settings.dev_api_key.get_secret_value() if settings.dev_api_key else None
+            return await create_api_key(
+                conn, tenant_id=DEV_TENANT, name="dev", key=key or "clk_dev_" + _token()
+            )
+    finally:
+        await engine.dispose()
+
+
+def _token() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(24)
+
+
+async def wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn inside a loop we own: our code handles the signals and tells it when to exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def api_server(settings: Settings) -> EmbeddedServer:
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+    )
+    return EmbeddedServer(config)
+
+
+async def serve_api(settings: Settings, stop: Callable[[], Awaitable[None]]) -> None:
+    server = api_server(settings)
+    serving = asyncio.create_task(server.serve())
+    await stop()
+    server.should_exit = True
+    await serving
+
+
+async def run_workers(
+    settings: Settings, channels: list[Channel], stop: Callable[[], Awaitable[None]]
+) -> None:
+    workers = [Worker(settings, ch) for ch in channels]
+    await asyncio.gather(*(w.start() for w in workers))  # each consumer group join takes seconds
+    try:
+        await stop()
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+
+
+async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> None:
+    engine = create_engine(settings.database_url, pool_size=2)
+    publisher = Publisher(settings.kafka_bootstrap or "")
+    relay = Relay(
+        engine,
+        publisher,
+        interval_s=settings.relay_interval_s,
+        grace_s=settings.relay_grace_s,
+        stale_queued_s=settings.relay_stale_queued_s,
+    )
+    task = asyncio.create_task(relay.run())
+    try:
+        await stop()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await publisher.close()
+        await engine.dispose()
+
+
+@dataclass
+class DevInfo:
+    api_url: str
+    api_key: str
+    bootstrap: str
+
+
+def first_send_curl(api_url: str, api_key: str) -> str:
+    return (
+        f"curl -s -X POST {api_url}/v1/notifications \\\n"
+        f"  -H 'Authorization: Bearer {api_key}' -H 'Content-Type: application/json' \\\n"
+        """  -d '{"event_id": "hello-1", "user": {"id": "u-1", "email": "ada@example.com"},"""
+        """ "channel": "email", "template": "welcome", "data": {"name": "Ada"}}'"""
+    )
+
+
+async def dev(settings: Settings) -> None:
+    """Broker (unless one is configured), migrations, topics, dev tenant, API, every worker and the relay."""
+    broker: TansuBroker | None = None
+    if not settings.kafka_bootstrap:
+        broker = TansuBroker()
+        await asyncio.to_thread(broker.start)
+        settings = settings.model_copy(update={"kafka_bootstrap": broker.bootstrap})
+    try:
+        await prepare_database(settings)
+        await create_topics(settings.kafka_bootstrap or "", partitions=settings.topic_partitions)
+        api_key = await ensure_dev_tenant(settings)
+        stopped = asyncio.Event()
+
+        async def stop() -> None:
+            await stopped.wait()
+
+        tasks = [
+            asyncio.create_task(serve_api(settings, stop)),
+            asyncio.create_task(run_workers(settings, list(Channel), stop)),
+            asyncio.create_task(run_relay(settings, stop)),
+        ]
+        url = settings.base_url
+        print(
+            f"\nClarion is running (broker {settings.kafka_bootstrap}).\n"
+            f"  API docs:  {url}/docs\n  API key:   {api_key}\n"
+            f"  Sandbox:   {url}/v1/sandbox/messages\n\nSend a first notification:\n\n"
+            f"{first_send_curl(url, api_key)}\n\nThen read it: curl -s -H 'Authorization: Bearer {api_key}'"
+            f" {url}/v1/notifications/<id>\n\nCtrl-C stops everything.\n",
+            flush=True,
+        )
+        waiter = asyncio.create_task(wait_for_signal())
+        done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        stopped.set()
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await task
+        for task in done:
+            if task is not waiter and task.exception():
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        if broker is not None:
+            broker.stop()
+        print("Clarion stopped.", flush=True)

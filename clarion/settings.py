@@ -1,0 +1,93 @@
+"""One settings tree for every process (env prefix ``CLARION_``, nesting with ``__``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from providers.settings import ProvidersSettings
+
+PLACEHOLDER_SECRET = "dev-insecure-secret-change-me"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CLARION_", env_nested_delimiter="__", extra="ignore")
+
+    env: Literal["dev", "test", "prod"] = Field(
+        default="dev", description="Deployment kind; placeholder secrets are refused in `prod`."
+    )
+    database_url: str = Field(
+        default="postgresql+asyncpg://postgres@127.0.0.1:5432/clarion",
+        description="SQLAlchemy URL of the PostgreSQL notification log (asyncpg driver).",
+    )
+    db_pool_size: int = Field(default=10, ge=1, description="Connections per process in the DB pool.")
+    kafka_bootstrap: str | None = Field(
+        default=None,
+        description="Kafka bootstrap servers (host:port,...). Unset in `clarion dev`: the bundled Tansu broker starts.",
+    )
+    topic_partitions: int = Field(
+        default=4,
+        ge=1,
+        description="Partitions per topic when Clarion creates topics; bounds worker parallelism.",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis URL for the shared rate limiter; unset uses an in-process limiter (single process only).",
+    )
+    api_host: str = Field(default="127.0.0.1", description="Interface the API listens on.")
+    api_port: int = Field(default=8000, description="Port the API listens on.")
+    public_url: str | None = Field(
+        default=None,
+        description="Public base URL of the API, used in unsubscribe links; defaults to http://api_host:api_port.",
+    )
+    dev_api_key: SecretStr | None = Field(
+        default=None, description="API key `clarion dev` gives the dev tenant (a random one when unset)."
+    )
+    secret_key: SecretStr = Field(
+        default=SecretStr(PLACEHOLDER_SECRET),
+        description="HMAC secret for preference/unsubscribe tokens. Must be set outside dev.",
+    )
+    max_body_bytes: int = Field(
+        default=65536, ge=1024, description="Largest accepted request body, in bytes."
+    )
+    lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a worker's claim on a notification lasts before another may take it.",
+    )
+    relay_interval_s: float = Field(
+        default=1.0, gt=0, description="How often the outbox relay scans the log."
+    )
+    relay_grace_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="Age after which an accepted-but-unpublished notification is republished by the relay.",
+    )
+    relay_stale_queued_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Age after which a queued notification is republished (covers a broker that lost its data).",
+    )
+    worker_batch_size: int = Field(default=500, ge=1, description="Kafka records a worker takes per batch.")
+    worker_concurrency: int = Field(default=64, ge=1, description="Provider calls a worker runs at once.")
+    sandbox_routes: bool | None = Field(
+        default=None, description="Serve GET /v1/sandbox/messages (default: on in dev and test, off in prod)."
+    )
+    log_level: str = Field(default="INFO", description="Log level of every process.")
+    providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
+
+    @model_validator(mode="after")
+    def _refuse_placeholders_in_prod(self) -> Settings:
+        if self.env == "prod" and self.secret_key.get_secret_value() == PLACEHOLDER_SECRET:
+            raise ValueError("CLARION_SECRET_KEY must be set to a real secret when CLARION_ENV=prod")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return self.public_url or f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def sandbox_enabled(self) -> bool:
+        return self.sandbox_routes if self.sandbox_routes is not None else self.env != "prod"

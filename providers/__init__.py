@@ -1,0 +1,1 @@
+"""Provider adapters: the only code that talks to APNS, FCM, Twilio, SendGrid (and the sandbox)."""

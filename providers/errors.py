@@ -1,0 +1,95 @@
+"""The one error hierarchy every provider raises.
+
+    ProviderError
+     ├── TransientProviderError      timeouts, connection errors, 5xx, 429 (carries retry_after_s)
+     └── PermanentProviderError      bad request, auth/config errors: retrying unchanged cannot help
+          └── InvalidRecipient       the address or device token is invalid: stop sending to it
+
+Providers classify once, here, and never retry, sleep or swallow: the worker's retry policy decides
+what happens next. The one exception is credential refresh: APNS re-mints its JWT after
+``ExpiredProviderToken`` and FCM refreshes its OAuth token after ``401 UNAUTHENTICATED``, and each
+resends once; that is authentication, not a retry policy.
+
+``code`` per provider: APNS the ``reason`` string (``Unregistered``), FCM the ``errorCode`` or
+canonical ``status`` (``UNREGISTERED``), Twilio the numeric code as a string (``21211``), SendGrid
+``http_<status>``; transport failures use ``timeout`` or ``connection_error``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+
+class ProviderError(Exception):
+    """A provider call did not deliver.
+
+    ``code`` is the provider's own error code (``Unregistered``, ``21211``, ``UNREGISTERED``,
+    ``http_503``...), ``http_status`` the HTTP status when there was a response.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        code: str,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.code = code
+        self.http_status = http_status
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(provider={self.provider!r}, code={self.code!r}, message={self.message!r})"
+        )
+
+
+class TransientProviderError(ProviderError):
+    """Worth retrying later; ``retry_after_s`` is the provider's own hint when it gave one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        code: str,
+        http_status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, provider=provider, code=code, http_status=http_status)
+        self.retry_after_s = retry_after_s
+
+
+class PermanentProviderError(ProviderError):
+    """Retrying the same request cannot succeed (malformed request, rejected credentials, config)."""
+
+
+class InvalidRecipient(PermanentProviderError):
+    """The recipient address or device token is invalid; the device is deactivated on this error."""
+
+
+def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), ``None`` if absent/bad.
+
+    Never negative: a date in the past means "now" (0.0).
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now_s if now_s is not None else time.time()
+    return max(0.0, when.timestamp() - now)

@@ -1,0 +1,71 @@
+"""Which provider serves which channel (and, for push, which device platform).
+
+An explicit table, not discovery: a channel whose real provider has credentials configured uses it;
+otherwise the sandbox serves it (when enabled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from providers.apns import ApnsProvider
+from providers.base import Provider
+from providers.fcm import FcmProvider
+from providers.sandbox import SandboxProvider
+from providers.sendgrid import SendGridProvider
+from providers.settings import ProvidersSettings
+from providers.twilio import TwilioProvider
+from schema.enums import Channel, Platform
+
+# route -> (the ProvidersSettings field holding the account, the adapter built from it)
+REAL_PROVIDERS: dict[tuple[Channel, str | None], tuple[str, Callable[[Any], Provider]]] = {
+    (Channel.push, Platform.apns.value): ("apns", ApnsProvider),
+    (Channel.push, Platform.fcm.value): ("fcm", FcmProvider),
+    (Channel.sms, None): ("twilio", TwilioProvider),
+    (Channel.email, None): ("sendgrid", SendGridProvider),
+}
+
+
+class NoProviderConfigured(LookupError):
+    """No real provider has credentials for this channel/platform and the sandbox is disabled."""
+
+
+@dataclass
+class ProviderSet:
+    """The providers one worker process uses, keyed by ``(channel, platform or None)``."""
+
+    routes: dict[tuple[Channel, str | None], Provider] = field(default_factory=dict)
+    fallback: Provider | None = None
+
+    def for_message(self, channel: Channel, platform: str | None = None) -> Provider:
+        provider = self.routes.get((channel, platform)) or self.routes.get((channel, None)) or self.fallback
+        if provider is None:
+            raise NoProviderConfigured(f"no provider configured for {channel.value} {platform or ''}".strip())
+        return provider
+
+    def all(self) -> list[Provider]:
+        unique: dict[int, Provider] = {id(p): p for p in self.routes.values()}
+        if self.fallback is not None:
+            unique[id(self.fallback)] = self.fallback
+        return list(unique.values())
+
+    async def aclose(self) -> None:
+        for provider in self.all():
+            await provider.aclose()
+
+
+def build_providers(settings: ProvidersSettings, *, engine: AsyncEngine) -> ProviderSet:
+    """Build the provider set from settings: every account whose credentials are configured routes its
+    channel; the sandbox (when enabled) serves the rest. Opens no connection: adapters connect lazily."""
+    providers = ProviderSet()
+    if settings.sandbox.enabled:
+        providers.fallback = SandboxProvider(engine)
+    for route, (field_name, factory) in REAL_PROVIDERS.items():
+        account = getattr(settings, field_name)
+        if account.configured:
+            providers.routes[route] = factory(account)
+    return providers

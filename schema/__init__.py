@@ -1,0 +1,1 @@
+"""Data shared by the API and the workers: tables, migrations, Kafka message contracts."""

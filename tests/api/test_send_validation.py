@@ -1,0 +1,194 @@
+"""Bad input is refused with a clear error and leaves nothing behind."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.conftest import TenantInfo, make_tenant
+from tests.fixtures.services import ApiServer
+
+
+def email_send(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "event_id": f"evt-{secrets.token_hex(6)}",
+        "user": {"id": "u-1", "email": "ada@example.com", "phone": "+14155550100", "locale": "en"},
+        "channel": "email",
+        "category": "orders",
+        "priority": "high",
+        "template": "order_shipped",
+        "data": {"order_id": "123"},
+    }
+    body.update(overrides)
+    return body
+
+
+async def count_notifications(engine: AsyncEngine, tenant_id: str) -> int:
+    async with engine.connect() as conn:
+        return int(
+            (
+                await conn.execute(
+                    sa.text("SELECT count(*) FROM notifications WHERE tenant_id = :t"), {"t": tenant_id}
+                )
+            ).scalar_one()
+        )
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"]
+    return dict(error)
+
+
+async def test_valid_send_is_accepted_with_202(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/notifications", json=email_send())
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "accepted"
+    assert response.json()["duplicate"] is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "status", "code", "field"),
+    [
+        ({"channel": "fax"}, 422, "validation_error", "channel"),
+        (
+            {"user": {"id": "u-1", "phone": "555-0100"}, "channel": "sms"},
+            422,
+            "validation_error",
+            "user.phone",
+        ),
+        ({"user": {"id": "u-1", "email": "not-an-email"}}, 422, "validation_error", "user.email"),
+        ({"event_id": ""}, 422, "validation_error", "event_id"),
+        ({"priority": "urgent"}, 422, "validation_error", "priority"),
+        ({"template": None}, 422, "validation_error", "body"),
+        ({"user": None}, 422, "validation_error", "body"),
+    ],
+)
+async def test_invalid_fields_are_refused_naming_the_field(
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    tenant: TenantInfo,
+    overrides: dict[str, Any],
+    status: int,
+    code: str,
+    field: str,
+) -> None:
+    error = assert_error(await client.post("/v1/notifications", json=email_send(**overrides)), status, code)
+    assert any(d["field"] == field for d in error["details"]), error
+    assert await count_notifications(engine, tenant.id) == 0
+
+
+async def test_missing_fields_are_listed(client: httpx.AsyncClient) -> None:
+    error = assert_error(
+        await client.post("/v1/notifications", json={"channel": "email"}), 422, "validation_error"
+    )
+    assert "event_id" in {d["field"] for d in error["details"]}
+
+
+async def test_malformed_json_is_a_400(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/notifications", content=b'{"event_id": ', headers={"content-type": "application/json"}
+    )
+    assert_error(response, 400, "malformed_json")
+
+
+async def test_body_over_the_limit_is_a_413(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    big = email_send(data={"order_id": "1", "blob": "x" * 70_000})
+    assert_error(await client.post("/v1/notifications", json=big), 413, "payload_too_large")
+    assert await count_notifications(engine, tenant.id) == 0
+
+
+async def test_push_without_a_device_is_refused(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    body = email_send(channel="push", user={"id": "u-nodev", "email": "a@example.com"})
+    assert_error(await client.post("/v1/notifications", json=body), 422, "no_device")
+    assert await count_notifications(engine, tenant.id) == 0
+
+
+async def test_sms_without_a_phone_is_refused(client: httpx.AsyncClient) -> None:
+    body = email_send(
+        channel="sms", template="otp", data={"code": "1"}, user={"id": "u-nophone", "email": "a@example.com"}
+    )
+    assert_error(await client.post("/v1/notifications", json=body), 422, "no_contact")
+
+
+async def test_unknown_template_is_refused(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    assert_error(
+        await client.post("/v1/notifications", json=email_send(template="nope")), 422, "unknown_template"
+    )
+    assert await count_notifications(engine, tenant.id) == 0
+
+
+async def test_missing_template_variable_names_the_variable(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    error = assert_error(
+        await client.post("/v1/notifications", json=email_send(data={})), 422, "missing_template_variable"
+    )
+    assert error["details"] == {"variable": "order_id"}
+    assert await count_notifications(engine, tenant.id) == 0
+
+
+async def test_unknown_user_id_is_refused(client: httpx.AsyncClient) -> None:
+    body = email_send(user=None, user_id="nobody-here")
+    assert_error(await client.post("/v1/notifications", json=body), 422, "unknown_user")
+
+
+async def test_missing_or_wrong_key_is_401(api: ApiServer) -> None:
+    async with httpx.AsyncClient(base_url=api.url) as anon:
+        assert_error(await anon.post("/v1/notifications", json=email_send()), 401, "unauthorized")
+        wrong = {"Authorization": "Bearer clk_nope_notarealsecret"}
+        assert_error(
+            await anon.post("/v1/notifications", json=email_send(), headers=wrong), 401, "unauthorized"
+        )
+        garbage = {"Authorization": "Basic abc"}
+        assert_error(
+            await anon.post("/v1/notifications", json=email_send(), headers=garbage), 401, "unauthorized"
+        )
+
+
+async def test_key_without_send_scope_is_403(api: ApiServer, engine: AsyncEngine) -> None:
+    reader = await make_tenant(engine, scopes=("read",))
+    async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {reader.key}"}) as c:
+        assert_error(await c.post("/v1/notifications", json=email_send()), 403, "forbidden")
+    assert await count_notifications(engine, reader.id) == 0
+
+
+async def test_same_event_id_returns_the_first_notification(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    body = email_send()
+    first = await client.post("/v1/notifications", json=body)
+    again = await client.post("/v1/notifications", json=body)
+    assert first.status_code == 202 and again.status_code == 200
+    assert again.json() == {"id": first.json()["id"], "status": again.json()["status"], "duplicate": True}
+    assert await count_notifications(engine, tenant.id) == 1
+
+
+async def test_same_event_id_with_a_different_body_is_409(client: httpx.AsyncClient) -> None:
+    body = email_send()
+    assert (await client.post("/v1/notifications", json=body)).status_code == 202
+    changed = {**body, "data": {"order_id": "999"}}
+    error = assert_error(await client.post("/v1/notifications", json=changed), 409, "event_id_conflict")
+    assert error["details"]["id"]
+
+
+async def test_another_tenants_notification_is_not_found(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine
+) -> None:
+    created = (await client.post("/v1/notifications", json=email_send())).json()["id"]
+    other = await make_tenant(engine)
+    async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}) as c:
+        assert_error(await c.get(f"/v1/notifications/{created}"), 404, "not_found")

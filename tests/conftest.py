@@ -1,0 +1,135 @@
+"""Shared fixtures: real PostgreSQL (a fresh migrated database per session), a real Tansu broker,
+the API under uvicorn, a worker per channel and the relay, all in this process; tenants per test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.relay import Relay
+from clarion.broker import TansuBroker
+from clarion.kafka import Publisher, create_topics
+from clarion.settings import Settings
+from clarion.tenants import create_api_key, ensure_tenant
+from schema.db import create_engine
+from schema.enums import Channel
+from tests.fixtures.services import ApiServer, drop_database, fresh_database
+from workers.app import Worker
+from workers.templates import install_default_templates
+
+
+@pytest.fixture(scope="session")
+async def database_url() -> AsyncIterator[str]:
+    url = await fresh_database()
+    yield url
+    await drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Any:
+    broker = TansuBroker()
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+async def settings(database_url: str, kafka: TansuBroker) -> Settings:
+    await create_topics(kafka.bootstrap, partitions=2)
+    return Settings(
+        env="test",
+        database_url=database_url,
+        kafka_bootstrap=kafka.bootstrap,
+        lease_s=3.0,
+        relay_interval_s=0.3,
+        relay_grace_s=1.0,
+        relay_stale_queued_s=30.0,
+        db_pool_size=8,
+    )
+
+
+@pytest.fixture(scope="session")
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    eng = create_engine(settings.database_url, pool_size=4)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+async def api(settings: Settings) -> AsyncIterator[ApiServer]:
+    server = ApiServer(settings)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@dataclass
+class Stack:
+    api: ApiServer
+    workers: dict[Channel, Worker]
+    relay: Relay
+
+
+@pytest.fixture(scope="session")
+async def stack(settings: Settings, api: ApiServer, engine: AsyncEngine) -> AsyncIterator[Stack]:
+    """API + one worker per channel + the relay: the whole of `clarion dev`, in this loop."""
+    workers = {ch: Worker(settings, ch) for ch in Channel}
+    await asyncio.gather(*(w.start() for w in workers.values()))
+    publisher = Publisher(settings.kafka_bootstrap or "")
+    relay = Relay(
+        engine,
+        publisher,
+        interval_s=settings.relay_interval_s,
+        grace_s=settings.relay_grace_s,
+        stale_queued_s=settings.relay_stale_queued_s,
+    )
+    relay_task = asyncio.create_task(relay.run())
+    yield Stack(api, workers, relay)
+    relay_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await relay_task
+    await publisher.close()
+    for w in workers.values():
+        await w.stop()
+
+
+@dataclass
+class TenantInfo:
+    id: str
+    key: str
+
+
+async def make_tenant(
+    engine: AsyncEngine,
+    *,
+    scopes: tuple[str, ...] = ("send", "read", "admin", "preferences"),
+    tenant_id: str | None = None,
+) -> TenantInfo:
+    tenant_id = tenant_id or f"t-{secrets.token_hex(4)}"
+    async with engine.begin() as conn:
+        await ensure_tenant(conn, tenant_id=tenant_id)
+        await install_default_templates(conn=conn, tenant_id=tenant_id)
+        key = await create_api_key(conn, tenant_id=tenant_id, scopes=scopes)
+    return TenantInfo(tenant_id, key)
+
+
+@pytest.fixture
+async def tenant(engine: AsyncEngine) -> TenantInfo:
+    """A tenant of the test's own (tests are isolated by tenant), with every scope and default templates."""
+    return await make_tenant(engine)
+
+
+@pytest.fixture
+async def client(api: ApiServer, tenant: TenantInfo) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
+    ) as c:
+        yield c

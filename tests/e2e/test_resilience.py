@@ -1,0 +1,195 @@
+"""Nothing accepted is lost: broker outage, worker SIGKILL before and after the provider call.
+
+These run the worker as a separate OS process (``clarion worker email``) so it can be killed for real.
+The sandbox provider writes to ``sandbox_messages``; holding a lock in PostgreSQL pins the worker at
+the exact point to kill it, with no test hooks in the product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from clarion.broker import TansuBroker
+from clarion.kafka import create_topics
+from clarion.settings import Settings
+from tests.api.test_send_validation import email_send
+from tests.conftest import make_tenant
+from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.services import ApiServer, ClarionProcess, drop_database, fresh_database, wait_until
+from workers.db import asyncpg_dsn
+
+
+@pytest.fixture
+async def own_broker() -> AsyncIterator[TansuBroker]:
+    broker = TansuBroker()
+    broker.start()
+    await create_topics(broker.bootstrap, partitions=1)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+async def isolated(settings: Settings, own_broker: TansuBroker) -> AsyncIterator[Settings]:
+    """A database and broker of this test's own, so killing processes cannot disturb other tests."""
+    url = await fresh_database("clarion_resilience")
+    yield settings.model_copy(
+        update={"database_url": url, "kafka_bootstrap": own_broker.bootstrap, "lease_s": 2.0}
+    )
+    await drop_database(url)
+
+
+async def test_send_while_broker_is_down_is_delivered_after_it_returns(
+    isolated: Settings, own_broker: TansuBroker
+) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine: AsyncEngine = create_async_engine(isolated.database_url)
+    tenant = await make_tenant(engine)
+    api = ApiServer(isolated)
+    worker = ClarionProcess(isolated, "worker", "email")
+    relay = ClarionProcess(isolated, "relay")
+    await api.start()
+    worker.start()
+    relay.start()
+    try:
+        async with httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=20
+        ) as client:
+            first = (await client.post("/v1/notifications", json=email_send())).json()["id"]
+            await wait_status(client, first, "sent", 30)
+            # The broker dies and comes back empty (memory storage), on the same port.
+            own_broker.stop()
+            during = await client.post("/v1/notifications", json=email_send())
+            assert during.status_code == 202, during.text
+            nid = during.json()["id"]
+            await asyncio.sleep(1.5)
+            assert (await status_of(client, nid))["status"] == "accepted"
+            own_broker.start()
+            body = await wait_status(client, nid, "sent", 60)
+            assert body["provider"] == "sandbox"
+            assert len(await sandbox_for(client, nid)) == 1
+    finally:
+        worker.kill()
+        relay.kill()
+        await api.stop()
+        await engine.dispose()
+
+
+async def _row(conn: asyncpg.Connection, nid: str) -> asyncpg.Record:
+    return await conn.fetchrow("SELECT status, attempts FROM notifications WHERE id = $1::uuid", nid)
+
+
+async def test_worker_killed_after_claim_before_provider_call_delivers_exactly_once(
+    isolated: Settings,
+) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(isolated.database_url)
+    tenant = await make_tenant(engine)
+    api = ApiServer(isolated)
+    await api.start()
+    worker = ClarionProcess(isolated, "worker", "email")
+    relay = ClarionProcess(isolated, "relay")
+    blocker = await asyncpg.connect(asyncpg_dsn(isolated.database_url))
+    try:
+        async with httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=20
+        ) as client:
+            # Block the sandbox provider's write: the worker claims, then hangs inside the provider call.
+            lock = blocker.transaction()
+            await lock.start()
+            await blocker.execute("LOCK TABLE sandbox_messages IN SHARE ROW EXCLUSIVE MODE")
+            worker.start()
+            relay.start()
+            nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
+            await wait_until(lambda: _status_is(isolated, nid, "sending"), 30)
+            worker.kill()
+            await lock.rollback()
+            assert (await sandbox_for(client, nid)) == []
+            worker = ClarionProcess(isolated, "worker", "email")
+            worker.start()
+            body = await wait_status(client, nid, "sent", 40)
+            assert len(await sandbox_for(client, nid)) == 1
+            assert [a["outcome"] for a in body["delivery_attempts"]] == ["sent"]
+    finally:
+        worker.kill()
+        relay.kill()
+        await blocker.close()
+        await api.stop()
+        await engine.dispose()
+
+
+async def _status_is(settings: Settings, nid: str, status: str) -> bool:
+    conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    try:
+        return (await _row(conn, nid))["status"] == status
+    finally:
+        await conn.close()
+
+
+async def test_worker_killed_after_provider_call_before_record_sends_one_known_duplicate(
+    isolated: Settings,
+) -> None:
+    """The one window for a duplicate: the provider accepted, the worker died before recording.
+
+    After the lease expires the notification is claimed again and sent a second time. This test
+    pins that behaviour: exactly two provider calls, one final `sent` row, never more.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(isolated.database_url)
+    tenant = await make_tenant(engine)
+    api = ApiServer(isolated)
+    await api.start()
+    worker = ClarionProcess(isolated, "worker", "email")
+    relay = ClarionProcess(isolated, "relay")
+    blocker = await asyncpg.connect(asyncpg_dsn(isolated.database_url))
+    try:
+        async with httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=20
+        ) as client:
+            gate = blocker.transaction()
+            await gate.start()
+            # Hold the sandbox write until the claim is in, then lock the row so recording blocks.
+            await blocker.execute("LOCK TABLE sandbox_messages IN SHARE ROW EXCLUSIVE MODE")
+            worker.start()
+            relay.start()
+            nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
+            await wait_until(lambda: _status_is(isolated, nid, "sending"), 30)
+            row_lock = await asyncpg.connect(asyncpg_dsn(isolated.database_url))
+            hold = row_lock.transaction()
+            await hold.start()
+            await row_lock.execute("SELECT 1 FROM notifications WHERE id = $1::uuid FOR UPDATE", nid)
+            await gate.rollback()  # the provider call completes now; recording waits on the row lock
+            await wait_until(lambda: _sandbox_count(isolated, nid), 30)
+            worker.kill()
+            await hold.rollback()
+            await row_lock.close()
+            assert (await status_of(client, nid))["status"] == "sending"
+            worker = ClarionProcess(isolated, "worker", "email")
+            worker.start()
+            await wait_status(client, nid, "sent", 40)
+            await asyncio.sleep(1.0)
+            assert len(await sandbox_for(client, nid)) == 2, "the known duplicate of the lease window"
+    finally:
+        worker.kill()
+        relay.kill()
+        await blocker.close()
+        await api.stop()
+        await engine.dispose()
+
+
+async def _sandbox_count(settings: Settings, nid: str) -> int:
+    conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    try:
+        return int(
+            await conn.fetchval("SELECT count(*) FROM sandbox_messages WHERE notification_id = $1::uuid", nid)
+        )
+    finally:
+        await conn.close()

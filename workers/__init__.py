@@ -1,0 +1,1 @@
+"""Channel workers: consume, claim, check, throttle, render, send, record."""

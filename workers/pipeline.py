@@ -1,0 +1,275 @@
+"""The story of one delivery, told for a batch of Kafka records:
+
+decode -> claim (dedupe) -> expiry -> contact -> render -> send with retries -> record -> (ack).
+
+Every step either moves the notification forward or records why it stopped; the offsets are
+committed by the caller only after ``deliver`` has recorded the outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from providers.base import RenderedMessage, SendResult
+from providers.errors import InvalidRecipient, ProviderError, TransientProviderError
+from providers.registry import NoProviderConfigured, ProviderSet
+from schema.enums import Channel, Priority, Status
+from schema.messages import NotificationMessage
+from workers.dedupe import claim_batch
+from workers.outcome import Attempt, Outcome, record_outcomes
+from workers.recipients import Address, addresses_for, deactivate_device
+from workers.render import RenderedContent, Renderer, RenderError
+from workers.retry import RetryPolicy
+from workers.templates import resolve_template
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    raw: bytes
+    error: str
+
+
+def decode(values: list[bytes]) -> tuple[list[NotificationMessage], list[Poison]]:
+    """Split a batch into messages and undecodable records (which go to the DLQ, not a retry loop)."""
+    good: list[NotificationMessage] = []
+    bad: list[Poison] = []
+    for value in values:
+        try:
+            good.append(NotificationMessage.model_validate_json(value))
+        except ValidationError as exc:
+            bad.append(Poison(value, exc.errors(include_url=False)[0]["msg"] if exc.errors() else str(exc)))
+    return good, bad
+
+
+class Pipeline:
+    """Delivers batches of notifications for one channel."""
+
+    def __init__(
+        self,
+        *,
+        channel: Channel,
+        pool: asyncpg.Pool,
+        engine: AsyncEngine,
+        providers: ProviderSet,
+        renderer: Renderer,
+        policy: RetryPolicy,
+        lease_s: float,
+        concurrency: int,
+    ) -> None:
+        self.channel = channel
+        self.pool = pool
+        self.engine = engine
+        self.providers = providers
+        self.renderer = renderer
+        self.policy = policy
+        self.lease_s = lease_s
+        self._slots = asyncio.Semaphore(concurrency)
+        self._templates: dict[tuple[Any, ...], tuple[str | None, str, str | None]] = {}
+
+    async def deliver(self, messages: list[NotificationMessage]) -> list[Outcome]:
+        """Claim, deliver and record a batch; returns the recorded outcomes."""
+        rows = await claim_batch(pool=self.pool, ids=[m.id for m in messages], lease_s=self.lease_s)
+        if not rows:
+            return []
+        addresses = await addresses_for(pool=self.pool, rows=rows)
+        outcomes = await asyncio.gather(*(self._deliver_one(row, addresses[row["id"]]) for row in rows))
+        await record_outcomes(pool=self.pool, outcomes=list(outcomes))
+        return list(outcomes)
+
+    async def _deliver_one(self, row: dict[str, Any], addresses: list[Address]) -> Outcome:
+        nid: UUID = row["id"]
+        now = datetime.now(UTC)
+        if row["expires_at"] is not None and row["expires_at"] <= now:
+            return Outcome(
+                nid,
+                Status.expired.value,
+                error_code="expired",
+                error_message="the notification's expires_at passed before it could be sent",
+            )
+        if not addresses:
+            return Outcome(
+                nid,
+                Status.suppressed.value,
+                error_code="no_contact",
+                error_message=f"the user has no {_contact_name(self.channel)}",
+                detail="no_contact",
+            )
+        try:
+            content = await self._render(row)
+        except RenderError as exc:
+            return Outcome(
+                nid, Status.failed.value, error_code=f"render_{exc.code}", error_message=exc.message
+            )
+        async with self._slots:
+            return await self._send_all(row, content, addresses)
+
+    async def _render(self, row: dict[str, Any]) -> RenderedContent:
+        if row["content"] is not None:
+            c = row["content"]
+            subject = c.get("subject") if self.channel is Channel.email else c.get("title")
+            return self.renderer.render(subject=subject, body=c["body"], html=c.get("html"), data=row["data"])
+        key = (row["tenant_id"], row["template"], row["channel"], row["locale"], row["template_version"])
+        source = self._templates.get(key)
+        if source is None:
+            async with self.engine.connect() as conn:
+                template = await resolve_template(
+                    conn=conn,
+                    tenant_id=row["tenant_id"],
+                    name=row["template"],
+                    channel=row["channel"],
+                    locale=row["locale"],
+                    version=row["template_version"],
+                )
+            if template is None:
+                raise RenderError("template_error", f"template '{row['template']}' no longer exists")
+            source = (template.subject, template.body, template.html)
+            self._templates[key] = source  # a (name, locale, version) never changes: cache forever
+        return self.renderer.render(subject=source[0], body=source[1], html=source[2], data=row["data"])
+
+    async def _send_all(
+        self, row: dict[str, Any], content: RenderedContent, addresses: list[Address]
+    ) -> Outcome:
+        nid: UUID = row["id"]
+        attempts: list[Attempt] = []
+        results: list[SendResult] = []
+        errors: list[ProviderError] = []
+        number = row["attempts"]
+        for address in addresses:
+            message = RenderedMessage(
+                notification_id=nid,
+                tenant_id=row["tenant_id"],
+                channel=self.channel,
+                to=address.to,
+                body=content.body,
+                priority=Priority(row["priority"]),
+                category=row["category"],
+                subject=content.subject,
+                html=content.html,
+                platform=address.platform,
+                data={k: str(v) for k, v in row["data"].items()} if self.channel is Channel.push else {},
+                expires_at=row["expires_at"],
+            )
+            try:
+                provider = self.providers.for_message(self.channel, address.platform)
+            except NoProviderConfigured as exc:
+                errors.append(ProviderError(str(exc), provider="none", code="no_provider"))
+                continue
+
+            def on_attempt(
+                started: datetime,
+                finished: datetime,
+                error: BaseException | None,
+                _provider: str = provider.name,
+                _to: str = address.to,
+            ) -> None:
+                nonlocal number
+                number += 1
+                attempts.append(_attempt_row(nid, number, _provider, _to, started, finished, error))
+
+            try:
+                result = await self.policy.run(
+                    lambda p=provider, m=message: p.send(m),  # type: ignore[misc]
+                    provider=provider.name,
+                    on_attempt=on_attempt,
+                )
+            except ProviderError as exc:
+                errors.append(exc)
+                if isinstance(exc, InvalidRecipient) and address.platform is not None:
+                    await deactivate_device(
+                        pool=self.pool,
+                        user_id=row["user_id"],
+                        token=address.to,
+                        reason=f"{exc.provider} {exc.code}: {exc.message}",
+                    )
+                continue
+            except Exception as exc:
+                log.exception("provider %s raised an unclassified error", provider.name)
+                errors.append(
+                    TransientProviderError(str(exc), provider=provider.name, code=type(exc).__name__)
+                )
+                continue
+            attempts[-1].outcome = "sent"
+            attempts[-1].provider_message_id = result.provider_message_id
+            attempts[-1].http_status = result.http_status
+            results.append(result)
+        return self._conclude(row, attempts, results, errors)
+
+    def _conclude(
+        self,
+        row: dict[str, Any],
+        attempts: list[Attempt],
+        results: list[SendResult],
+        errors: list[ProviderError],
+    ) -> Outcome:
+        nid: UUID = row["id"]
+        calls = len(attempts)
+        if results:
+            first = results[0]
+            return Outcome(
+                nid,
+                Status.sent.value,
+                calls,
+                first.provider,
+                ",".join(r.provider_message_id for r in results),
+                attempts=attempts,
+            )
+        last = errors[-1]
+        base = Outcome(
+            nid, Status.failed.value, calls, last.provider, None, last.code, last.message, attempts=attempts
+        )
+        transient = [e for e in errors if isinstance(e, TransientProviderError)]
+        if not transient:
+            return base
+        total = row["attempts"] + calls
+        if self.policy.exhausted(total):
+            base.status, base.detail = Status.dead.value, f"gave up after {total} attempts"
+            return base
+        hint = max((e.retry_after_s or 0.0 for e in transient), default=0.0)
+        base.status = Status.retrying.value
+        base.not_before = datetime.now(UTC) + timedelta(seconds=self.policy.next_delay_s(total, hint))
+        base.error_code, base.error_message = transient[-1].code, transient[-1].message
+        return base
+
+
+def _attempt_row(
+    nid: UUID,
+    number: int,
+    provider: str,
+    to: str,
+    started: datetime,
+    finished: datetime,
+    error: BaseException | None,
+) -> Attempt:
+    if error is None:
+        return Attempt(nid, number, provider, to, started, finished, "sent")
+    if isinstance(error, ProviderError):
+        kind = (
+            "invalid_recipient"
+            if isinstance(error, InvalidRecipient)
+            else "transient"
+            if isinstance(error, TransientProviderError)
+            else "permanent"
+        )
+        return Attempt(
+            nid, number, provider, to, started, finished, kind, error.code, error.message, error.http_status
+        )
+    return Attempt(
+        nid, number, provider, to, started, finished, "permanent", type(error).__name__, str(error)
+    )
+
+
+def _contact_name(channel: Channel) -> str:
+    return {Channel.email: "email address", Channel.sms: "phone number", Channel.push: "active device"}[
+        channel
+    ]
