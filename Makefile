@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: dev test install lint bench services
+.PHONY: dev test install lint bench services browser
 
 install: $(VENV)/.installed
 
@@ -11,6 +11,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+
+browser:
+	@bash scripts/browser.sh
 
 services:
 	@bash scripts/services.sh
@@ -23,7 +26,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: install services lint
+test: install services browser lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: install services

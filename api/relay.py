@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.outbox import mark_published
+from clarion import metrics
 from clarion.kafka import Publisher
 from schema.enums import Channel, Priority
 from schema.messages import NotificationMessage
@@ -96,6 +97,7 @@ class Relay:
         acked = {str(i) for i in await self.publisher.publish_many(messages)}
         await mark_published(self.engine, [m.id for m in messages if str(m.id) in acked])
         self.stats.republished += len(acked)
+        metrics.RELAY_REPUBLISHED.inc(len(acked))
         if acked:
             log.info("relay republished %d notifications", len(acked))
         return len(acked)

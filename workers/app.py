@@ -16,6 +16,7 @@ from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion import metrics
 from clarion.kafka import Publisher
 from clarion.settings import Settings
 from providers.registry import ProviderSet, build_providers
@@ -26,6 +27,7 @@ from workers.db import create_pool
 from workers.pipeline import Pipeline, decode
 from workers.render import Renderer
 from workers.retry import RetryPolicy
+from workers.wiring import build_steps
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class Worker:
         messages, poison = decode([r.value or b"" for r in records])
         for bad in poison:
             log.error("undecodable record sent to the DLQ: %s", bad.error)
+            metrics.POISON.labels(self.channel.value).inc()
             await self.publisher.publish_raw(topic(self.channel, "dlq"), bad.raw)
         delay_s = 0.5
         while True:  # hold the batch until its outcomes are recorded; never skip it
@@ -92,6 +95,7 @@ class Worker:
         pool = await create_pool(settings.database_url, size=settings.db_pool_size)
         if self._providers is None:
             self._providers = build_providers(settings.providers, engine=self._engine)
+        steps = build_steps(settings=settings, channel=self.channel, pool=pool)
         self.pipeline = Pipeline(
             channel=self.channel,
             pool=pool,
@@ -101,6 +105,9 @@ class Worker:
             policy=self.policy,
             lease_s=settings.lease_s,
             concurrency=settings.worker_concurrency,
+            screens=steps.screens,
+            gates=steps.gates,
+            unsubscribe_url=steps.unsubscribe_url,
         )
         await self.broker.start()
 

@@ -1,6 +1,7 @@
 """The story of one delivery, told for a batch of Kafka records:
 
-decode -> claim (dedupe) -> expiry -> contact -> render -> send with retries -> record -> (ack).
+decode -> claim (dedupe) -> screens (preferences, quiet hours) -> expiry -> contact -> render
+-> gates (content dedupe, rate limits) -> send with retries -> record -> (ack).
 
 Every step either moves the notification forward or records why it stopped; the offsets are
 committed by the caller only after ``deliver`` has recorded the outcomes.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +21,7 @@ import asyncpg
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion import metrics
 from providers.base import RenderedMessage, SendResult
 from providers.errors import InvalidRecipient, ProviderError, TransientProviderError
 from providers.registry import NoProviderConfigured, ProviderSet
@@ -29,6 +32,7 @@ from workers.outcome import Attempt, Outcome, record_outcomes
 from workers.recipients import Address, addresses_for, deactivate_device
 from workers.render import RenderedContent, Renderer, RenderError
 from workers.retry import RetryPolicy
+from workers.steps import Gate, Row, Screen
 from workers.templates import resolve_template
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,9 @@ class Pipeline:
         policy: RetryPolicy,
         lease_s: float,
         concurrency: int,
+        screens: Sequence[Screen] = (),
+        gates: Sequence[Gate] = (),
+        unsubscribe_url: Callable[[Row], str | None] | None = None,
     ) -> None:
         self.channel = channel
         self.pool = pool
@@ -74,18 +81,41 @@ class Pipeline:
         self.renderer = renderer
         self.policy = policy
         self.lease_s = lease_s
+        self.screens = list(screens)
+        self.gates = list(gates)
+        self.unsubscribe_url = unsubscribe_url
         self._slots = asyncio.Semaphore(concurrency)
         self._templates: dict[tuple[Any, ...], tuple[str | None, str, str | None]] = {}
 
     async def deliver(self, messages: list[NotificationMessage]) -> list[Outcome]:
         """Claim, deliver and record a batch; returns the recorded outcomes."""
         rows = await claim_batch(pool=self.pool, ids=[m.id for m in messages], lease_s=self.lease_s)
+        skipped = len({m.id for m in messages}) - len(rows)
+        if skipped:
+            metrics.DEDUPED.labels(self.channel.value).inc(skipped)
         if not rows:
             return []
-        addresses = await addresses_for(pool=self.pool, rows=rows)
-        outcomes = await asyncio.gather(*(self._deliver_one(row, addresses[row["id"]]) for row in rows))
-        await record_outcomes(pool=self.pool, outcomes=list(outcomes))
-        return list(outcomes)
+        stopped: dict[UUID, Outcome] = {}
+        for screen in self.screens:
+            open_rows = [r for r in rows if r["id"] not in stopped]
+            if open_rows:
+                stopped.update(await screen.screen(open_rows))
+        go = [r for r in rows if r["id"] not in stopped]
+        addresses = await addresses_for(pool=self.pool, rows=go)
+        outcomes = list(stopped.values())
+        outcomes += await asyncio.gather(*(self._deliver_one(row, addresses[row["id"]]) for row in go))
+        await record_outcomes(pool=self.pool, outcomes=outcomes)
+        for o in outcomes:
+            metrics.OUTCOMES.labels(self.channel.value, o.provider or "none", o.status).inc()
+            for a in o.attempts:
+                metrics.PROVIDER_LATENCY.labels(a.provider, a.outcome).observe(
+                    (a.finished_at - a.started_at).total_seconds()
+                )
+                if a.error_code:
+                    metrics.PROVIDER_ERRORS.labels(a.provider, a.error_code).inc()
+            if o.status == Status.retrying.value:
+                metrics.RETRIES.labels(self.channel.value).inc()
+        return outcomes
 
     async def _deliver_one(self, row: dict[str, Any], addresses: list[Address]) -> Outcome:
         nid: UUID = row["id"]
@@ -111,6 +141,10 @@ class Pipeline:
             return Outcome(
                 nid, Status.failed.value, error_code=f"render_{exc.code}", error_message=exc.message
             )
+        for gate in self.gates:
+            stop = await gate.admit(row, content, addresses)
+            if stop is not None:
+                return stop
         async with self._slots:
             return await self._send_all(row, content, addresses)
 
@@ -145,6 +179,9 @@ class Pipeline:
         results: list[SendResult] = []
         errors: list[ProviderError] = []
         number = row["attempts"]
+        unsubscribe = (
+            self.unsubscribe_url(row) if self.unsubscribe_url and self.channel is Channel.email else None
+        )
         for address in addresses:
             message = RenderedMessage(
                 notification_id=nid,
@@ -159,6 +196,7 @@ class Pipeline:
                 platform=address.platform,
                 data={k: str(v) for k, v in row["data"].items()} if self.channel is Channel.push else {},
                 expires_at=row["expires_at"],
+                unsubscribe_url=unsubscribe,
             )
             try:
                 provider = self.providers.for_message(self.channel, address.platform)

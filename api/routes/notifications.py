@@ -13,6 +13,7 @@ from api.auth import require
 from api.errors import ApiError
 from api.models import Accepted, NotificationIn, NotificationOut
 from api.queries import get_notification
+from clarion import metrics
 from clarion.tenants import Principal
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
@@ -33,6 +34,8 @@ async def send(
     )
     if result.message is not None:
         state.outbox.submit(result.message)
+    if not result.duplicate:
+        metrics.ACCEPTED.labels(principal.tenant_id, body.channel.value).inc()
     payload = Accepted(id=result.id, status=result.status, duplicate=result.duplicate)
     return JSONResponse(payload.model_dump(mode="json"), status_code=200 if result.duplicate else 202)
 
