@@ -1,0 +1,156 @@
+"""Sends per second from one process per provider adapter against its local fake (pool warm).
+
+    .venv/bin/python -m bench.providers [--sends 2000] [--concurrency 100] [--only twilio]
+
+Each fake runs in its own subprocess (``python -m tests.fakes.<name>``), so the figure is the
+adapter's client-side cost plus the fake's, on the same machine. For the HTTP/1.1 providers an
+``httpx`` row posts the identical request with a plain ``httpx.AsyncClient`` (same pool size): the
+client the adapters used before they moved to aiohttp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from providers.apns import ApnsProvider
+from providers.base import Provider
+from providers.fcm import FcmProvider
+from providers.sendgrid import SendGridProvider
+from providers.settings import ApnsSettings, FcmSettings, SendGridSettings, TwilioSettings
+from providers.twilio import TwilioProvider
+from schema.enums import Channel
+from tests.fakes import make_message
+
+WARMUP_SENDS = 200
+
+
+def start_fake(name: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", f"tests.fakes.{name}", "--no-record"], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    return process, json.loads(process.stdout.readline())
+
+
+def build(name: str, info: dict[str, Any], concurrency: int) -> Provider:
+    common = {"base_url": info["url"], "max_connections": concurrency, "timeout_s": 30}
+    if name == "apns":
+        keys = ("key_id", "team_id", "topic", "private_key", "ca_file")
+        return ApnsProvider(ApnsSettings.model_validate({**{k: info[k] for k in keys}, **common}))
+    if name == "fcm":
+        account = json.dumps(info["service_account"])
+        return FcmProvider(FcmSettings.model_validate({"service_account_json": account, **common}))
+    if name == "twilio":
+        credentials = {"account_sid": info["account_sid"], "auth_token": info["auth_token"]}
+        return TwilioProvider(
+            TwilioSettings.model_validate({**credentials, "from_number": "+14155550199", **common})
+        )
+    return SendGridProvider(
+        SendGridSettings.model_validate(
+            {"api_key": info["api_key"], "from_email": "bench@clarion.test", **common}
+        )
+    )
+
+
+CHANNELS = {"apns": Channel.push, "fcm": Channel.push, "twilio": Channel.sms, "sendgrid": Channel.email}
+
+
+async def httpx_sender(
+    name: str, provider: Provider, client: httpx.AsyncClient
+) -> Callable[[], Awaitable[None]]:
+    """One request identical to the adapter's, sent with httpx (the pre-aiohttp baseline)."""
+    message = make_message(CHANNELS[name])
+    if isinstance(provider, FcmProvider):
+        token = await provider.access_token()
+        url = provider._url
+        body = {"message": {"token": message.to, "notification": {"title": "t", "body": message.body}}}
+        kwargs: dict[str, Any] = {"json": body, "headers": {"Authorization": f"Bearer {token}"}}
+    elif isinstance(provider, TwilioProvider):
+        url = provider._url
+        kwargs = {"data": provider._form(message), "headers": {"Authorization": provider._authorization}}
+    else:
+        assert isinstance(provider, SendGridProvider)
+        url = provider._url
+        kwargs = {"json": provider.body(message), "headers": provider._headers}
+
+    async def send() -> None:
+        response = await client.post(url, **kwargs)
+        assert response.status_code < 300, response.text
+
+    return send
+
+
+async def measure(send: Callable[[], Awaitable[Any]], sends: int, concurrency: int) -> dict[str, float]:
+    semaphore = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+
+    async def one() -> None:
+        async with semaphore:
+            started = time.perf_counter()
+            await send()
+            latencies.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(one() for _ in range(min(WARMUP_SENDS, sends))))
+    latencies.clear()
+    cpu_started, started = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(sends)))
+    elapsed = time.perf_counter() - started
+    cpu_ms = (time.process_time() - cpu_started) * 1000 / sends
+    quantiles = statistics.quantiles(latencies, n=100)
+    return {
+        "per_s": sends / elapsed,
+        "p50_ms": quantiles[49] * 1000,
+        "p99_ms": quantiles[98] * 1000,
+        "cpu_ms": cpu_ms,
+    }
+
+
+async def bench(name: str, sends: int, concurrency: int) -> list[tuple[str, dict[str, float]]]:
+    process, info = start_fake(name)
+    rows = []
+    try:
+        provider = build(name, info, concurrency)
+        message = make_message(CHANNELS[name])
+        rows.append((f"{name} ({'httpx h2' if name == 'apns' else 'aiohttp'})",
+                     await measure(lambda: provider.send(message), sends, concurrency)))  # fmt: skip
+        if name != "apns":
+            limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+            async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+                send = await httpx_sender(name, provider, client)
+                rows.append((f"{name} (httpx 1.1, raw)", await measure(send, sends, concurrency)))
+        await provider.aclose()
+    finally:
+        process.terminate()
+        process.wait()
+    return rows
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sends", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--only", choices=sorted(CHANNELS), action="append")
+    args = parser.parse_args()
+    print(f"{args.sends} sends at concurrency {args.concurrency}, pool warm ({WARMUP_SENDS} sends first)\n")
+    print(f"{'provider (client)':<28}{'sends/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'client CPU ms/send':>20}")
+    for name in args.only or ["apns", "fcm", "twilio", "sendgrid"]:
+        for label, row in await bench(name, args.sends, args.concurrency):
+            print(
+                f"{label:<28}{row['per_s']:>10.0f}{row['p50_ms']:>10.1f}{row['p99_ms']:>10.1f}{row['cpu_ms']:>20.2f}"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

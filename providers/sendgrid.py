@@ -1,0 +1,140 @@
+"""SendGrid v3 Mail Send over aiohttp (the ``sendgrid`` package's client is synchronous)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import aiohttp
+
+from providers.base import RenderedMessage, SendResult
+from providers.errors import (
+    InvalidRecipient,
+    PermanentProviderError,
+    ProviderError,
+    TransientProviderError,
+    parse_retry_after,
+)
+from providers.settings import SendGridSettings
+from schema.enums import Channel
+
+# An error on personalizations[i].to[j](.email) blames the recipient address, not our request.
+_RECIPIENT_FIELD = re.compile(r"^personalizations(\.\d+|\[\d+\])?\.to(\.|\[|$)")
+
+
+class SendGridProvider:
+    """Sends email from one verified sender with one API key."""
+
+    name: ClassVar[str] = "sendgrid"
+    channel: ClassVar[Channel] = Channel.email
+
+    def __init__(self, settings: SendGridSettings) -> None:
+        if settings.api_key is None or settings.from_email is None:
+            raise ValueError("SendGrid api_key and from_email are required")
+        self._settings = settings
+        self._url = f"{settings.base_url.rstrip('/')}/v3/mail/send"
+        self._headers = {
+            "Authorization": f"Bearer {settings.api_key.get_secret_value()}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
+                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
+                headers=self._headers,
+            )
+        return self._session
+
+    def body(self, message: RenderedMessage) -> dict[str, Any]:
+        """The Mail Send JSON for one message (text/plain first, then text/html, as SendGrid requires)."""
+        if not message.subject:
+            raise PermanentProviderError(
+                "an email needs a subject", provider=self.name, code="missing_subject"
+            )
+        sender = {"email": self._settings.from_email}
+        if self._settings.from_name:
+            sender["name"] = self._settings.from_name
+        content = [{"type": "text/plain", "value": message.body}]
+        if message.html:
+            content.append({"type": "text/html", "value": message.html})
+        body: dict[str, Any] = {
+            "personalizations": [{"to": [{"email": message.to}]}],
+            "from": sender,
+            "subject": message.subject,
+            "content": content,
+            "categories": [message.category],
+            "custom_args": {"notification_id": str(message.notification_id), "tenant_id": message.tenant_id},
+        }
+        if message.unsubscribe_url:
+            body["headers"] = {
+                "List-Unsubscribe": f"<{message.unsubscribe_url}>",
+                "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+            }
+        if self._settings.sandbox_mode:
+            body["mail_settings"] = {"sandbox_mode": {"enable": True}}
+        return body
+
+    async def send(self, message: RenderedMessage) -> SendResult:
+        """Hand one email to SendGrid; returns its ``X-Message-Id``. Raises from ``providers.errors``."""
+        payload = json.dumps(self.body(message), separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            async with self._http().post(self._url, data=payload) as response:
+                status, headers = response.status, response.headers
+                raw = await response.read()
+        except TimeoutError as exc:
+            raise TransientProviderError("SendGrid timed out", provider=self.name, code="timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise TransientProviderError(
+                f"SendGrid connection failed: {exc!r}", provider=self.name, code="connection_error"
+            ) from exc
+        if 200 <= status < 300:
+            # Sandbox mode answers 200 and may omit X-Message-Id.
+            message_id = headers.get("X-Message-Id") or f"sandbox-{message.notification_id}"
+            return SendResult(provider=self.name, provider_message_id=message_id, http_status=status)
+        raise self._classify(status, headers, raw)
+
+    def _classify(self, status: int, headers: Mapping[str, str], raw: bytes) -> ProviderError:
+        errors = _errors(raw)
+        code = f"http_{status}"
+        text = f"SendGrid refused the message: {status}: " + "; ".join(
+            f"{e.get('field') or '-'}: {e.get('message', '')}" for e in errors
+        )
+        if status == 429 or status >= 500:
+            return TransientProviderError(
+                text, provider=self.name, code=code, http_status=status, retry_after_s=_retry_after_s(headers)
+            )
+        if status == 400 and any(_RECIPIENT_FIELD.match(str(e.get("field") or "")) for e in errors):
+            return InvalidRecipient(text, provider=self.name, code=code, http_status=status)
+        return PermanentProviderError(text, provider=self.name, code=code, http_status=status)
+
+    async def aclose(self) -> None:
+        """Close the connection pool; a later ``send`` opens a new one."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+
+def _retry_after_s(headers: Mapping[str, str]) -> float | None:
+    reset = headers.get("X-RateLimit-Reset")
+    if reset:
+        try:
+            return max(0.0, float(reset) - time.time())
+        except ValueError:
+            pass
+    return parse_retry_after(headers.get("Retry-After"))
+
+
+def _errors(raw: bytes) -> list[dict[str, Any]]:
+    try:
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        return []
+    errors = document.get("errors") if isinstance(document, dict) else None
+    return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []

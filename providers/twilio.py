@@ -1,0 +1,137 @@
+"""Twilio Programmable Messaging: create a Message (REST API 2010-04-01) over aiohttp.
+
+Not the ``twilio`` SDK: its ``TwilioRestException`` drops the response headers, so a 429's
+``Retry-After`` would be lost, and its async client is one more pool to build inside the loop. The
+endpoint is one form POST with Basic auth.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any, ClassVar
+
+import aiohttp
+
+from providers.base import RenderedMessage, SendResult
+from providers.errors import (
+    InvalidRecipient,
+    PermanentProviderError,
+    ProviderError,
+    TransientProviderError,
+    parse_retry_after,
+)
+from providers.settings import TwilioSettings
+from schema.enums import Channel
+
+# Invalid, unreachable, landline or opted-out (STOP) destination: stop sending to the number.
+_INVALID_RECIPIENT = frozenset({21211, 21610, 21612, 21614, 21635})
+# Too many requests; the sender's queue would exceed 10 hours.
+_TRANSIENT = frozenset({20429, 21611})
+MAX_VALIDITY_PERIOD_S = 36000
+
+
+class TwilioProvider:
+    """Sends SMS from one Twilio account, via ``from_number`` or a Messaging Service."""
+
+    name: ClassVar[str] = "twilio"
+    channel: ClassVar[Channel] = Channel.sms
+
+    def __init__(self, settings: TwilioSettings) -> None:
+        if not settings.configured:
+            raise ValueError("Twilio credentials are incomplete")
+        self._settings = settings
+        assert settings.account_sid is not None
+        self._url = (
+            f"{settings.base_url.rstrip('/')}/2010-04-01/Accounts/{settings.account_sid}/Messages.json"
+        )
+        if settings.api_key_sid is not None and settings.api_key_secret is not None:
+            user, password = settings.api_key_sid, settings.api_key_secret.get_secret_value()
+        else:
+            assert settings.auth_token is not None
+            user, password = settings.account_sid, settings.auth_token.get_secret_value()
+        self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
+                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
+                headers={"Authorization": self._authorization, "Accept": "application/json"},
+            )
+        return self._session
+
+    def _form(self, message: RenderedMessage) -> dict[str, str]:
+        form = {"To": message.to, "Body": message.body}
+        if self._settings.messaging_service_sid:
+            form["MessagingServiceSid"] = self._settings.messaging_service_sid
+        elif self._settings.from_number:
+            form["From"] = self._settings.from_number
+        if self._settings.status_callback_url:
+            form["StatusCallback"] = self._settings.status_callback_url
+        if message.expires_at is not None:
+            remaining_s = int(message.expires_at.timestamp() - time.time())
+            if remaining_s < MAX_VALIDITY_PERIOD_S:
+                form["ValidityPeriod"] = str(max(1, remaining_s))
+        return form
+
+    async def send(self, message: RenderedMessage) -> SendResult:
+        """Create one outbound message; returns its ``SM...`` sid and segment count.
+
+        Raises from ``providers.errors``; never retries (Twilio has no idempotency key, so a retry
+        after a timeout may send twice: the worker's policy decides).
+        """
+        try:
+            async with self._http().post(self._url, data=self._form(message)) as response:
+                status, headers = response.status, response.headers
+                document = _json_object(await response.read())
+        except TimeoutError as exc:
+            raise TransientProviderError("Twilio timed out", provider=self.name, code="timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise TransientProviderError(
+                f"Twilio connection failed: {exc!r}", provider=self.name, code="connection_error"
+            ) from exc
+        if status in (200, 201) and isinstance(document.get("sid"), str):
+            return SendResult(
+                provider=self.name,
+                provider_message_id=document["sid"],
+                segments=_segments(document.get("num_segments")),
+                http_status=status,
+            )
+        raise self._classify(status, parse_retry_after(headers.get("Retry-After")), document)
+
+    def _classify(self, status: int, retry_after_s: float | None, document: dict[str, Any]) -> ProviderError:
+        raw_code = document.get("code")
+        twilio_code = raw_code if isinstance(raw_code, int) else None
+        code = str(twilio_code) if twilio_code is not None else f"http_{status}"
+        text = f"Twilio refused the message: {status} {code}: {document.get('message', '')}"
+        if twilio_code in _INVALID_RECIPIENT:
+            return InvalidRecipient(text, provider=self.name, code=code, http_status=status)
+        if twilio_code in _TRANSIENT or status == 429 or status >= 500:
+            return TransientProviderError(
+                text, provider=self.name, code=code, http_status=status, retry_after_s=retry_after_s
+            )
+        return PermanentProviderError(text, provider=self.name, code=code, http_status=status)
+
+    async def aclose(self) -> None:
+        """Close the connection pool; a later ``send`` opens a new one."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+
+def _segments(value: Any) -> int:
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}

@@ -1,0 +1,139 @@
+"""A local SendGrid v3 Mail Send: ``POST /v3/mail/send`` with Bearer auth and field validation.
+
+Answers 202 + ``X-Message-Id`` (200 in sandbox mode), errors in SendGrid's ``{"errors": [...]}``
+shape, and ``X-RateLimit-*`` headers on every response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.base import AiohttpFake, json_response, run_cli
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_RESERVED_HEADERS = {
+    "x-sg-id", "x-sg-eid", "received", "dkim-signature", "content-type", "content-transfer-encoding",
+    "to", "from", "subject", "reply-to", "cc", "bcc",
+}  # fmt: skip
+
+
+class FakeSendGrid(AiohttpFake):
+    """Accepts mail for ``api_key``; ``fail_email(address, status, message, field)`` forces an error."""
+
+    def __init__(self, *, port: int = 0, api_key: str | None = None, rate_limit: int = 600) -> None:
+        super().__init__(port=port)
+        self.api_key = api_key or f"SG.{secrets.token_urlsafe(16)}.{secrets.token_urlsafe(24)}"
+        self.rate_limit = rate_limit
+        self.email_errors: dict[str, tuple[int, str, str | None]] = {}
+
+    def info(self) -> dict[str, Any]:
+        return {"url": self.url, "api_key": self.api_key}
+
+    def fail_email(
+        self,
+        address: str,
+        *,
+        status: int = 400,
+        message: str = "Does not contain a valid address.",
+        field: str | None = "personalizations.0.to.0.email",
+    ) -> None:
+        """Sends to ``address`` get this error (e.g. an invalid recipient, or a 403 unverified sender)."""
+        self.email_errors[address] = (status, message, field)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v3/mail/send", self._send)]
+
+    def _rate_headers(self, reset_in_s: float = 60.0) -> dict[str, str]:
+        return {
+            "X-RateLimit-Limit": str(self.rate_limit),
+            "X-RateLimit-Remaining": str(self.rate_limit - 1),
+            "X-RateLimit-Reset": str(int(time.time() + reset_in_s)),
+        }
+
+    def _error(self, status: int, message: str, field: str | None = None, **headers: str) -> web.Response:
+        document = {"errors": [{"message": message, "field": field, "help": None}]}
+        return json_response(status, document, {**self._rate_headers(), **headers})
+
+    async def _send(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self.capture(request)
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return self._error(401, "The provided authorization grant is invalid, expired, or revoked")
+        forced = self.next_forced()
+        if forced is not None and forced.kind == "rate_limit":
+            reset_s = forced.retry_after_s or 1.0
+            response = self._error(429, "too many requests")
+            response.headers.update(self._rate_headers(reset_s))
+            response.headers["X-RateLimit-Remaining"] = "0"
+            return response
+        if forced is not None and forced.kind == "server_error":
+            extra = {"Retry-After": str(int(forced.retry_after_s))} if forced.retry_after_s else {}
+            return self._error(forced.status, "internal error", **extra)
+        if forced is not None and forced.kind == "timeout":
+            await asyncio.sleep(forced.delay_s)
+        if not isinstance(recorded.body, dict):
+            return self._error(400, "Bad Request: invalid JSON")
+        problem = _validate(recorded.body)
+        if problem is not None:
+            return self._error(400, problem[1], problem[0])
+        for person in recorded.body["personalizations"]:
+            for to in person["to"]:
+                if to["email"] in self.email_errors:
+                    status, message, field = self.email_errors[to["email"]]
+                    return self._error(status, message, field)
+        sandbox = recorded.body.get("mail_settings", {}).get("sandbox_mode", {}).get("enable") is True
+        headers = {**self._rate_headers(), "X-Message-Id": secrets.token_urlsafe(16)[:22]}
+        return web.Response(status=200 if sandbox else 202, headers=headers)
+
+
+def _validate(body: dict[str, Any]) -> tuple[str | None, str] | None:
+    """The first (field, message) SendGrid would reject, or None."""
+    people = body.get("personalizations")
+    if not isinstance(people, list) or not 1 <= len(people) <= 1000:
+        return "personalizations", "The personalizations field is required and must have at least one item."
+    for i, person in enumerate(people):
+        to = person.get("to") if isinstance(person, dict) else None
+        if not isinstance(to, list) or not to:
+            return f"personalizations.{i}.to", "The to array is required for all personalization objects."
+        for j, address in enumerate(to):
+            if not isinstance(address, dict) or not _EMAIL.match(str(address.get("email", ""))):
+                return f"personalizations.{i}.to.{j}.email", "Does not contain a valid address."
+    sender = body.get("from")
+    if not isinstance(sender, dict) or not _EMAIL.match(str(sender.get("email", ""))):
+        return "from.email", "The from email does not contain a valid address."
+    if not body.get("subject") and not all(p.get("subject") for p in people):
+        return "subject", "The subject is required."
+    content = body.get("content")
+    if not isinstance(content, list) or not content:
+        return "content", "Unless a valid template_id is provided, the content parameter is required."
+    types = [c.get("type") for c in content]
+    if any(not c.get("value") for c in content):
+        return "content.0.value", "The content value must be a string at least one character in length."
+    if ("text/plain" in types and types.index("text/plain") != 0) or types.count("text/plain") > 1:
+        return "content", "The text/plain content type must be first, and appear once."
+    if "text/html" in types and (types.count("text/html") > 1 or types.index("text/html") > 1):
+        return "content", "The text/html content type must follow text/plain, and appear once."
+    categories = body.get("categories", [])
+    if (
+        len(categories) > 10
+        or len(set(categories)) != len(categories)
+        or any(len(c) > 255 for c in categories)
+    ):
+        return "categories", "Categories must be up to 10 unique strings of at most 255 characters."
+    if any(not isinstance(v, str) for v in body.get("custom_args", {}).values()):
+        return "custom_args", "Custom args values must be strings."
+    if any(name.lower() in _RESERVED_HEADERS for name in body.get("headers", {})):
+        return "headers", "Reserved headers cannot be set."
+    for name, setting in body.get("mail_settings", {}).items():
+        if not isinstance(setting.get("enable"), bool):
+            return f"mail_settings.{name}.enable", "The enable field must be a boolean."
+    return None
+
+
+if __name__ == "__main__":
+    run_cli(FakeSendGrid, "Local SendGrid Mail Send fake")

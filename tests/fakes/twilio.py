@@ -1,0 +1,164 @@
+"""A local Twilio Messages API: ``POST /2010-04-01/Accounts/{sid}/Messages.json`` (form body, Basic auth).
+
+Answers 201 with the full Message resource (``SM`` + 32 hex sid, string ``num_segments``, RFC 2822
+dates) or Twilio's ``{"code", "message", "more_info", "status"}`` error JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import re
+import secrets
+from email.utils import formatdate
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.base import AiohttpFake, json_response, run_cli
+
+_E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+_GSM7 = set(
+    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§"
+    "¿abcdefghijklmnopqrstuvwxyzäöñüà"
+)
+_GSM7_EXTENDED = set("^{}\\[]~|€\f")
+_MESSAGES = {
+    20003: "Authenticate",
+    20404: "The requested resource was not found",
+    20429: "Too Many Requests",
+    21211: "The 'To' number is not a valid phone number.",
+    21602: "Message body is required.",
+    21603: "A 'From' phone number is required.",
+    21604: "A 'To' phone number is required.",
+    21606: "The 'From' phone number provided is not a valid message-capable Twilio phone number.",
+    21608: "The number is unverified. Trial accounts may only send messages to verified numbers.",
+    21610: "Attempt to send to unsubscribed recipient",
+    21612: "The 'To' phone number is not currently reachable using the 'From' phone number.",
+    21614: "'To' number is not a valid mobile number",
+    21617: "The concatenated message body exceeds the 1600 character limit.",
+    21635: "'To' number cannot be a landline.",
+}
+
+
+def num_segments(body: str) -> int:
+    """GSM-7: 160 per single message, 153 per part; otherwise UCS-2: 70 / 67 (astral chars count 2)."""
+    if all(c in _GSM7 or c in _GSM7_EXTENDED for c in body):
+        length = sum(2 if c in _GSM7_EXTENDED else 1 for c in body)
+        return 1 if length <= 160 else math.ceil(length / 153)
+    length = sum(2 if ord(c) > 0xFFFF else 1 for c in body)
+    return 1 if length <= 70 else math.ceil(length / 67)
+
+
+class FakeTwilio(AiohttpFake):
+    """One account; ``fail_number(to, code)`` makes sends to ``to`` fail with a Twilio error code."""
+
+    def __init__(self, *, port: int = 0) -> None:
+        super().__init__(port=port)
+        self.account_sid = "AC" + secrets.token_hex(16)
+        self.auth_token = secrets.token_hex(16)
+        self.api_key_sid = "SK" + secrets.token_hex(16)
+        self.api_key_secret = secrets.token_urlsafe(24)
+        self.number_errors: dict[str, int] = {}
+
+    def info(self) -> dict[str, Any]:
+        return {"url": self.url, "account_sid": self.account_sid, "auth_token": self.auth_token}
+
+    def fail_number(self, number: str, code: int) -> None:
+        """Sends to ``number`` get Twilio error ``code`` (HTTP 400)."""
+        self.number_errors[number] = code
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/2010-04-01/Accounts/{sid}/Messages.json", self._create)]
+
+    def _error(self, status: int, code: int, **headers: str) -> web.Response:
+        document = {
+            "code": code,
+            "message": _MESSAGES.get(code, "Error"),
+            "more_info": f"https://www.twilio.com/docs/errors/{code}",
+            "status": status,
+        }
+        return json_response(status, document, headers)
+
+    def _authorized(self, request: web.Request) -> bool:
+        scheme, _, encoded = request.headers.get("Authorization", "").partition(" ")
+        if scheme != "Basic":
+            return False
+        user, _, password = base64.b64decode(encoded).decode().partition(":")
+        return (user, password) in {
+            (self.account_sid, self.auth_token),
+            (self.api_key_sid, self.api_key_secret),
+        }
+
+    async def _create(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self.capture(request)
+        if not self._authorized(request):
+            return self._error(401, 20003)
+        if request.match_info["sid"] != self.account_sid:
+            return self._error(404, 20404)
+        forced = self.next_forced()
+        if forced is not None and forced.kind == "rate_limit":
+            return self._error(429, 20429, **{"Retry-After": str(int(forced.retry_after_s or 1))})
+        if forced is not None and forced.kind == "server_error":
+            extra = {"Retry-After": str(int(forced.retry_after_s))} if forced.retry_after_s else {}
+            return self._error(forced.status, 20500, **extra)
+        if forced is not None and forced.kind == "timeout":
+            await asyncio.sleep(forced.delay_s)
+        form: dict[str, str] = recorded.body if isinstance(recorded.body, dict) else {}
+        code = _validate(form)
+        if code is None:
+            code = self.number_errors.get(form["To"])
+        if code is not None:
+            return self._error(400, code)
+        return json_response(201, self._resource(form))
+
+    def _resource(self, form: dict[str, str]) -> dict[str, Any]:
+        sid = "SM" + secrets.token_hex(16)
+        now = formatdate(usegmt=True).replace("GMT", "+0000")
+        service = form.get("MessagingServiceSid")
+        uri = f"/2010-04-01/Accounts/{self.account_sid}/Messages/{sid}"
+        return {
+            "sid": sid,
+            "account_sid": self.account_sid,
+            "api_version": "2010-04-01",
+            "status": "accepted" if service else "queued",
+            "to": form["To"],
+            "from": None if service else form.get("From"),
+            "messaging_service_sid": service,
+            "body": form["Body"],
+            "num_segments": str(num_segments(form["Body"])),
+            "num_media": "0",
+            "direction": "outbound-api",
+            "error_code": None,
+            "error_message": None,
+            "price": None,
+            "price_unit": "USD",
+            "date_created": now,
+            "date_updated": now,
+            "date_sent": None,
+            "uri": f"{uri}.json",
+            "subresource_uris": {"media": f"{uri}/Media.json", "feedback": f"{uri}/Feedback.json"},
+        }
+
+
+def _validate(form: dict[str, str]) -> int | None:
+    """The Twilio error code a create with this form gets, or None."""
+    if not form.get("To"):
+        return 21604
+    if not _E164.match(form["To"]):
+        return 21211
+    if not form.get("From") and not form.get("MessagingServiceSid"):
+        return 21603
+    if not form.get("Body"):
+        return 21602
+    if len(form["Body"]) > 1600:
+        return 21617
+    validity = form.get("ValidityPeriod")
+    if validity is not None and not (validity.isdigit() and 1 <= int(validity) <= 36000):
+        return 21624
+    return None
+
+
+if __name__ == "__main__":
+    run_cli(FakeTwilio, "Local Twilio Messages API fake")

@@ -1,0 +1,297 @@
+"""ApnsProvider against the local HTTP/2 APNs fake (TLS with a self-signed certificate)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jwt
+import pytest
+
+from providers.apns import ApnsProvider
+from providers.base import RenderedMessage
+from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
+from providers.settings import ApnsSettings
+from schema.enums import Channel, Priority
+from tests.fakes import make_message
+from tests.fakes.apns import FakeApns
+
+DEVICE = "ab" * 32
+
+
+class Clock:
+    """A settable wall clock: ``offset_s`` shifts real time (the fake checks ``iat`` against real time)."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset_s
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeApns]:
+    async with FakeApns() as server:
+        yield server
+
+
+def settings_for(fake: FakeApns, **overrides: object) -> ApnsSettings:
+    values: dict[str, object] = {
+        "key_id": fake.key_id,
+        "team_id": fake.team_id,
+        "private_key": fake.private_key_pem(),
+        "topic": fake.topic,
+        "base_url": fake.url,
+        "ca_file": fake.ca_file if fake.tls else None,
+        "timeout_s": 0.5,
+        **overrides,
+    }
+    return ApnsSettings.model_validate(values)
+
+
+@pytest.fixture
+async def provider(fake: FakeApns) -> AsyncIterator[ApnsProvider]:
+    adapter = ApnsProvider(settings_for(fake))
+    yield adapter
+    await adapter.aclose()
+
+
+def push(**overrides: Any) -> RenderedMessage:
+    return make_message(Channel.push, **{"to": DEVICE, **overrides})
+
+
+async def test_send_posts_http2_alert_with_signed_token_and_returns_apns_id(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    expires_at = datetime.now(UTC) + timedelta(hours=1)
+    message = push(
+        priority=Priority.critical, data={"kind": "build"}, collapse_id="builds", expires_at=expires_at
+    )
+
+    result = await provider.send(message)
+
+    [request] = fake.requests
+    assert request.path == f"/3/device/{DEVICE}"
+    assert request.headers["apns-topic"] == fake.topic
+    assert request.headers["apns-push-type"] == "alert"
+    assert request.headers["apns-priority"] == "10"
+    assert request.headers["apns-id"] == str(message.notification_id)
+    assert request.headers["apns-collapse-id"] == "builds"
+    assert request.headers["apns-expiration"] == str(int(expires_at.timestamp()))
+    assert request.body == {
+        "aps": {"alert": {"title": "Build finished", "body": "main is green"}, "sound": "default"},
+        "kind": "build",
+    }
+    token = request.headers["authorization"].removeprefix("bearer ")
+    assert jwt.get_unverified_header(token) == {"alg": "ES256", "kid": fake.key_id, "typ": "JWT"}
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["iss"] == fake.team_id and isinstance(claims["iat"], int)
+    assert result.provider_message_id == str(message.notification_id)
+    assert (result.provider, result.http_status) == ("apns", 200)
+
+
+async def test_normal_priority_without_extras_uses_priority_5(fake: FakeApns, provider: ApnsProvider) -> None:
+    await provider.send(push(priority=Priority.normal, subject=None))
+
+    request = fake.requests[0]
+    assert request.headers["apns-priority"] == "5"
+    assert "apns-collapse-id" not in request.headers and "apns-expiration" not in request.headers
+    assert request.body == {"aps": {"alert": {"body": "main is green"}, "sound": "default"}}
+
+
+async def test_cleartext_base_url_speaks_http2_with_prior_knowledge() -> None:
+    async with FakeApns(tls=False) as fake:
+        provider = ApnsProvider(settings_for(fake))
+        try:
+            result = await provider.send(push())
+        finally:
+            await provider.aclose()
+
+    assert result.http_status == 200 and fake.url.startswith("http://")
+
+
+async def test_provider_token_is_cached_across_sends(fake: FakeApns, provider: ApnsProvider) -> None:
+    await asyncio.gather(*(provider.send(push()) for _ in range(20)))
+
+    assert len(fake.jwts) == 1
+
+
+async def test_provider_token_is_reminted_after_refresh_age() -> None:
+    clock = Clock()
+    async with FakeApns() as fake:
+        provider = ApnsProvider(settings_for(fake), clock=clock)
+        try:
+            clock.offset_s = -46 * 60
+            await provider.send(push())
+            clock.offset_s = 0
+            await provider.send(push())
+        finally:
+            await provider.aclose()
+
+    assert len(fake.jwts) == 2
+
+
+async def test_expired_provider_token_is_reminted_and_the_push_resent_once() -> None:
+    clock = Clock()
+    async with FakeApns() as fake:
+        fake.enforce_token_update_rate = True
+        provider = ApnsProvider(settings_for(fake), clock=clock)
+        try:
+            clock.offset_s = -50 * 60
+            await provider.send(push())
+            fake.expire_provider_tokens()
+            clock.offset_s = -25 * 60  # the cached token is now 25 min old: re-minting is allowed
+            result = await provider.send(push())
+        finally:
+            await provider.aclose()
+
+    assert result.http_status == 200
+    assert len(fake.jwts) == 2
+    assert len(fake.requests) == 3  # ok, ExpiredProviderToken, resend
+
+
+async def test_expired_provider_token_younger_than_20_minutes_raises_transient(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    await provider.send(push())
+    fake.expire_provider_tokens()
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert (caught.value.code, caught.value.http_status) == ("ExpiredProviderToken", 403)
+    assert len(fake.jwts) == 1
+
+
+@pytest.mark.parametrize(
+    "reason", ["BadDeviceToken", "Unregistered", "ExpiredToken", "DeviceTokenNotForTopic"]
+)
+async def test_dead_device_token_raises_invalid_recipient(
+    fake: FakeApns, provider: ApnsProvider, reason: str
+) -> None:
+    fake.fail_token(DEVICE, reason)
+
+    with pytest.raises(InvalidRecipient) as caught:
+        await provider.send(push())
+
+    assert caught.value.code == reason
+
+
+async def test_malformed_device_token_raises_invalid_recipient(provider: ApnsProvider) -> None:
+    with pytest.raises(InvalidRecipient) as caught:
+        await provider.send(push(to="not-a-hex-token"))
+
+    assert (caught.value.code, caught.value.http_status) == ("BadDeviceToken", 400)
+
+
+async def test_wrong_signing_key_raises_permanent(fake: FakeApns) -> None:
+    other = FakeApns()  # a different, unstarted fake: only its key is used
+    provider = ApnsProvider(settings_for(fake, private_key=other.private_key_pem()))
+    try:
+        with pytest.raises(PermanentProviderError) as caught:
+            await provider.send(push())
+    finally:
+        await provider.aclose()
+
+    assert type(caught.value) is PermanentProviderError
+    assert caught.value.code == "InvalidProviderToken"
+
+
+async def test_wrong_topic_raises_permanent(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, topic="com.other.app"))
+    try:
+        with pytest.raises(PermanentProviderError) as caught:
+            await provider.send(push())
+    finally:
+        await provider.aclose()
+
+    assert type(caught.value) is PermanentProviderError
+    assert caught.value.code == "BadTopic"
+
+
+async def test_oversized_payload_is_refused_before_sending(fake: FakeApns, provider: ApnsProvider) -> None:
+    with pytest.raises(PermanentProviderError) as caught:
+        await provider.send(push(data={"blob": "x" * 4096}))
+
+    assert caught.value.code == "PayloadTooLarge"
+    assert fake.requests == []
+
+
+async def test_too_many_requests_raises_transient_with_retry_after(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    fake.force_rate_limit(retry_after_s=5)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert (caught.value.code, caught.value.http_status, caught.value.retry_after_s) == (
+        "TooManyRequests",
+        429,
+        5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "status"),
+    [("ServiceUnavailable", 503), ("Shutdown", 503), ("IdleTimeout", 400), ("InternalServerError", 500)],
+)
+async def test_server_side_failure_raises_transient(
+    fake: FakeApns, provider: ApnsProvider, reason: str, status: int
+) -> None:
+    fake.force_reason(reason)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert (caught.value.code, caught.value.http_status) == (reason, status)
+    assert len(fake.requests) == 1
+
+
+async def test_timeout_raises_transient(fake: FakeApns, provider: ApnsProvider) -> None:
+    fake.force_timeout(delay_s=2)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert caught.value.code == "timeout"
+
+
+async def test_unreachable_host_raises_transient() -> None:
+    settings = ApnsSettings.model_validate(
+        {
+            "key_id": "K",
+            "team_id": "T",
+            "topic": "t",
+            "base_url": "http://127.0.0.1:9",
+            "timeout_s": 1,
+            "private_key": FakeApns().private_key_pem(),
+        }
+    )
+    provider = ApnsProvider(settings)
+    try:
+        with pytest.raises(TransientProviderError) as caught:
+            await provider.send(push())
+    finally:
+        await provider.aclose()
+
+    assert caught.value.code == "connection_error"
+
+
+async def test_concurrent_sends_share_one_http2_connection(fake: FakeApns, provider: ApnsProvider) -> None:
+    results = await asyncio.gather(*(provider.send(push(notification_id=uuid.uuid4())) for _ in range(50)))
+
+    assert len({r.provider_message_id for r in results}) == 50
+    assert fake.connections_opened == 1
+
+
+async def test_payload_is_compact_json(fake: FakeApns, provider: ApnsProvider) -> None:
+    await provider.send(push())
+
+    raw = fake.requests[0].raw
+    assert raw == json.dumps(fake.requests[0].body, separators=(",", ":")).encode()

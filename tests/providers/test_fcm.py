@@ -1,0 +1,219 @@
+"""FcmProvider against the local FCM HTTP v1 + OAuth2 token endpoint fake."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from providers.base import RenderedMessage
+from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
+from providers.fcm import FcmProvider
+from providers.settings import FcmSettings
+from schema.enums import Channel, Priority
+from tests.fakes import make_message
+from tests.fakes.fcm import FakeFcm
+
+TOKEN = "fcm-registration-token-1"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeFcm]:
+    async with FakeFcm() as server:
+        yield server
+
+
+def settings_for(fake: FakeFcm, **overrides: object) -> FcmSettings:
+    values: dict[str, object] = {
+        "service_account_json": json.dumps(fake.service_account_info()),
+        "base_url": fake.url,
+        "timeout_s": 0.5,
+        **overrides,
+    }
+    return FcmSettings.model_validate(values)
+
+
+@pytest.fixture
+async def provider(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
+    adapter = FcmProvider(settings_for(fake))
+    yield adapter
+    await adapter.aclose()
+
+
+def push(**overrides: Any) -> RenderedMessage:
+    return make_message(Channel.push, **{"to": TOKEN, "platform": "fcm", **overrides})
+
+
+async def test_send_posts_v1_message_with_bearer_token_and_returns_name(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    expires_at = datetime.now(UTC) + timedelta(hours=1)
+    message = push(
+        priority=Priority.high, data={"kind": "build"}, collapse_id="builds", expires_at=expires_at
+    )
+
+    result = await provider.send(message)
+
+    [request] = fake.sent("messages:send")
+    assert request.path == "/v1/projects/clarion-test/messages:send"
+    assert request.headers["authorization"].startswith("Bearer ya29.fake-")
+    body = request.body["message"]
+    assert body["token"] == TOKEN
+    assert body["notification"] == {"title": "Build finished", "body": "main is green"}
+    assert body["data"] == {"kind": "build"}
+    assert body["android"]["priority"] == "HIGH"
+    assert body["android"]["collapse_key"] == "builds"
+    assert 3590 <= int(body["android"]["ttl"].removesuffix("s")) <= 3600
+    assert body["apns"]["headers"]["apns-priority"] == "10"
+    assert body["apns"]["headers"]["apns-collapse-id"] == "builds"
+    assert body["apns"]["headers"]["apns-expiration"] == str(int(expires_at.timestamp()))
+    assert result.provider_message_id.startswith("projects/clarion-test/messages/0:")
+    assert (result.provider, result.http_status) == ("fcm", 200)
+
+
+async def test_normal_priority_without_extras_sends_minimal_message(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    await provider.send(push(priority=Priority.bulk))
+
+    body = fake.sent("messages:send")[0].body["message"]
+    assert body["android"] == {"priority": "NORMAL"}
+    assert body["apns"] == {"headers": {"apns-priority": "5"}}
+    assert "data" not in body
+
+
+async def test_project_id_setting_overrides_the_service_account(fake: FakeFcm) -> None:
+    provider = FcmProvider(settings_for(fake, project_id="other-project"))
+    try:
+        with pytest.raises(PermanentProviderError) as caught:
+            await provider.send(push())
+    finally:
+        await provider.aclose()
+
+    assert fake.sent("messages:send")[0].path == "/v1/projects/other-project/messages:send"
+    assert caught.value.code == "PERMISSION_DENIED"
+
+
+async def test_access_token_is_fetched_once_for_many_concurrent_sends(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    await asyncio.gather(*(provider.send(push()) for _ in range(50)))
+    await provider.send(push())
+
+    assert fake.token_requests == 1
+    assert provider.token_fetches == 1
+    assert len({r.headers["authorization"] for r in fake.sent("messages:send")}) == 1
+
+
+async def test_rejected_access_token_is_refreshed_once_and_the_send_succeeds(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    await provider.send(push())
+    fake.expire_access_tokens()
+
+    result = await asyncio.gather(*(provider.send(push()) for _ in range(5)))
+
+    assert all(r.provider_message_id for r in result)
+    assert fake.token_requests == 2
+    first, *rest = fake.sent("messages:send")
+    assert len({r.headers["authorization"] for r in rest[-5:]}) == 1
+    assert rest[-1].headers["authorization"] != first.headers["authorization"]
+
+
+async def test_token_endpoint_refusing_the_assertion_raises_permanent(fake: FakeFcm) -> None:
+    info = fake.service_account_info()
+    info["client_email"] = "someone-else@clarion-test.iam.gserviceaccount.com"
+    provider = FcmProvider(settings_for(fake, service_account_json=json.dumps(info)))
+    try:
+        with pytest.raises(PermanentProviderError) as caught:
+            await provider.send(push())
+    finally:
+        await provider.aclose()
+
+    assert caught.value.code == "oauth_refused"
+    assert fake.sent("messages:send") == []
+
+
+@pytest.mark.parametrize("error_code", ["UNREGISTERED", "INVALID_ARGUMENT", "SENDER_ID_MISMATCH"])
+async def test_dead_registration_token_raises_invalid_recipient(
+    fake: FakeFcm, provider: FcmProvider, error_code: str
+) -> None:
+    fake.fail_token(TOKEN, error_code)
+
+    with pytest.raises(InvalidRecipient) as caught:
+        await provider.send(push())
+
+    assert caught.value.code == error_code
+
+
+async def test_invalid_message_argument_raises_permanent_not_invalid_recipient(provider: FcmProvider) -> None:
+    too_big = {"blob": "x" * 5000}
+
+    with pytest.raises(PermanentProviderError) as caught:
+        await provider.send(push(data=too_big))
+
+    assert type(caught.value) is PermanentProviderError
+    assert (caught.value.code, caught.value.http_status) == ("INVALID_ARGUMENT", 400)
+
+
+async def test_third_party_auth_error_raises_permanent_without_token_refresh(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    fake.fail_token(TOKEN, "THIRD_PARTY_AUTH_ERROR")
+
+    with pytest.raises(PermanentProviderError) as caught:
+        await provider.send(push())
+
+    assert type(caught.value) is PermanentProviderError
+    assert caught.value.code == "THIRD_PARTY_AUTH_ERROR"
+    assert fake.token_requests == 1
+
+
+async def test_quota_exceeded_raises_transient_with_retry_after(fake: FakeFcm, provider: FcmProvider) -> None:
+    fake.force_rate_limit(retry_after_s=60)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert (caught.value.code, caught.value.http_status, caught.value.retry_after_s) == (
+        "QUOTA_EXCEEDED",
+        429,
+        60,
+    )
+
+
+@pytest.mark.parametrize(("status", "error_code"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])
+async def test_server_error_raises_transient(
+    fake: FakeFcm, provider: FcmProvider, status: int, error_code: str
+) -> None:
+    fake.force_server_error(status=status, retry_after_s=4)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert (caught.value.code, caught.value.http_status, caught.value.retry_after_s) == (
+        error_code,
+        status,
+        4,
+    )
+    assert len(fake.sent("messages:send")) == 1
+
+
+async def test_timeout_raises_transient(fake: FakeFcm, provider: FcmProvider) -> None:
+    fake.force_timeout(delay_s=2)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+
+    assert caught.value.code == "timeout"
+
+
+async def test_sends_reuse_one_pooled_connection(fake: FakeFcm, provider: FcmProvider) -> None:
+    for _ in range(5):
+        await provider.send(push())
+
+    assert len({r.peer for r in fake.sent("messages:send")}) == 1
