@@ -1,0 +1,288 @@
+"""Throttling: one `RateLimiter` interface, GCRA as the algorithm, two backends.
+
+GCRA (the generic cell rate algorithm) is a token bucket stored as one number per key: the
+*theoretical arrival time* (TAT), the instant at which the bucket will be full again. For a
+`Rule` the limiter derives:
+
+- emission interval ``T = period_s / limit`` (one event refills every ``T`` seconds),
+- capacity ``C = limit + burst`` events (what a full bucket admits at once),
+- tolerance ``tau = C * T`` seconds.
+
+A request of ``cost`` at time ``now`` computes ``new_tat = max(tat, now) + cost * T`` and is
+admitted iff ``new_tat - now <= tau``; only an admitted request stores ``new_tat``. So an idle key
+admits ``C`` events at once and then one every ``T``: over any window starting from a full
+bucket, ``admitted <= limit * elapsed_s / period_s + C``. A rejected request never changes state.
+
+Modes:
+
+- ``hard``: the above.
+- ``soft``: the limit is nominal; up to ``overshoot_pct`` more is admitted (rate and capacity
+  scaled by ``1 + overshoot_pct / 100``). A shadow key tracks the hard rule with the nominal
+  limit; admissions it would have rejected are `Allowed` with ``over_limit=True``, and
+  ``remaining``/``reset_after_ms`` describe the nominal limit.
+- ``elastic``: the key keeps its own hard allowance and may *borrow* from a shared pool when the
+  pool has spare capacity. The pool is a second GCRA key (`ElasticPool`) that measures the
+  aggregate pace of everything sharing it (e.g. a provider account): every admission of an
+  elastic rule is charged to the pool (capped at "pool full"), and a request over the key's own
+  limit is admitted only when the pool admits it. Borrowed admissions are ``over_limit=True``.
+
+`workers.ratelimit_redis` holds the Redis backend, which evaluates the same arithmetic in Lua.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeAlias
+
+# Decisions are computed in microseconds; this slack absorbs float rounding so that a request
+# exactly at the edge is admitted. Mirrored in the Lua script.
+_EPS_US = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticPool:
+    """A shared GCRA key an elastic rule borrows spare capacity from (see module docstring)."""
+
+    key: str
+    rule: Rule
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a limiter enforces for one key.
+
+    ``limit`` events per ``period_s`` steady rate; a full bucket admits ``limit + burst`` events at
+    once (burst=0: ``limit`` at once). ``rule_id`` labels metrics. ``overshoot_pct`` applies to
+    ``soft`` mode; ``elastic_pool`` is required by ``elastic`` mode.
+    """
+
+    rule_id: str
+    limit: int
+    period_s: float
+    burst: int = 0
+    mode: Literal["hard", "soft", "elastic"] = "hard"
+    overshoot_pct: float = 0.0
+    elastic_pool: ElasticPool | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or self.period_s <= 0 or self.burst < 0 or self.overshoot_pct < 0:
+            raise ValueError(f"rule {self.rule_id!r}: need limit >= 1, period_s > 0, burst >= 0")
+        if self.mode == "elastic" and self.elastic_pool is None:
+            raise ValueError(f"rule {self.rule_id!r}: elastic mode needs an elastic_pool")
+        if self.elastic_pool is not None and self.elastic_pool.rule.mode == "elastic":
+            raise ValueError(f"rule {self.rule_id!r}: an elastic pool cannot itself be elastic")
+
+    @property
+    def capacity(self) -> int:
+        """Events a full bucket admits at once under the nominal limit."""
+        return self.limit + self.burst
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """The request was admitted.
+
+    ``remaining``: further cost-1 requests the nominal limit admits right now.
+    ``reset_after_ms``: time until the bucket is full again (the ``RateLimit-Reset`` value).
+    ``over_limit``: admitted beyond the nominal limit (soft overshoot or elastic borrowing).
+    """
+
+    remaining: int
+    reset_after_ms: int
+    over_limit: bool = False
+
+    def __bool__(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAfter:
+    """The request was rejected and changed nothing.
+
+    ``retry_after_ms``: the same request is admitted if retried this many ms later, provided
+    nothing else consumes the key meanwhile; never earlier than that. ``remaining``: cost-1
+    requests that would still be admitted now (non-zero when ``cost`` was the obstacle).
+    """
+
+    retry_after_ms: int
+    reset_after_ms: int
+    remaining: int = 0
+
+    def __bool__(self) -> bool:
+        return False
+
+
+Decision: TypeAlias = Allowed | RetryAfter
+
+
+class RateLimiter(Protocol):
+    """Admits or rejects requests against per-key `Rule`s, shared by everything using one store."""
+
+    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> Decision:
+        """Decide one request of ``cost`` events on ``key`` atomically; raises ValueError if
+        ``cost`` can never fit the rule's capacity."""
+        ...
+
+    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[Decision]:
+        """Decide ``(key, rule, cost)`` requests in order, as if by sequential `acquire` calls."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; the limiter must not be used afterwards."""
+        ...
+
+
+def rate_limit_headers(rule: Rule, decision: Decision) -> dict[str, str]:
+    """HTTP headers for a decision: ``RateLimit-Limit/Remaining/Reset`` and, when rejected,
+    ``Retry-After``; seconds are rounded up so a client honouring them is not rejected again."""
+    headers = {
+        "RateLimit-Limit": str(rule.limit),
+        "RateLimit-Remaining": str(decision.remaining),
+        "RateLimit-Reset": str(math.ceil(decision.reset_after_ms / 1000)),
+    }
+    if isinstance(decision, RetryAfter):
+        headers["Retry-After"] = str(math.ceil(decision.retry_after_ms / 1000))
+    return headers
+
+
+NOMINAL_SUFFIX = "|nominal"
+"""Soft rules keep a shadow key ``key + NOMINAL_SUFFIX``: the state a hard rule would have."""
+
+
+@dataclass(frozen=True, slots=True)
+class GcraParams:
+    """One GCRA check in microseconds: admit iff ``max(tat, now) + cost * interval_us - now <= tau_us``."""
+
+    interval_us: float
+    tau_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class GcraPlan:
+    """What both backends evaluate for one request.
+
+    ``primary`` decides admission on the key. ``secondary`` on ``secondary_key`` is, in soft mode,
+    the nominal (hard) rule on the shadow key, advanced only when it would admit; in elastic mode,
+    the pool, charged on every admission (capped at full) and consulted when ``primary`` rejects.
+    """
+
+    mode: Literal["hard", "soft", "elastic"]
+    cost: int
+    primary: GcraParams
+    secondary: GcraParams | None
+    secondary_key: str | None
+
+
+def _params(rule: Rule, scale: float = 1.0) -> GcraParams:
+    interval_us = rule.period_s * 1e6 / (rule.limit * scale)
+    return GcraParams(interval_us, rule.capacity * scale * interval_us)
+
+
+def gcra_plan(key: str, rule: Rule, cost: int) -> GcraPlan:
+    """The plan for ``cost`` events of ``rule`` on ``key``; raises ValueError if it never fits."""
+    if cost < 1:
+        raise ValueError(f"cost must be >= 1, got {cost}")
+    if rule.mode == "soft":
+        primary = _params(rule, 1.0 + rule.overshoot_pct / 100.0)
+        plan = GcraPlan("soft", cost, primary, _params(rule), key + NOMINAL_SUFFIX)
+    elif rule.mode == "elastic" and rule.elastic_pool is not None:
+        pool = rule.elastic_pool
+        plan = GcraPlan("elastic", cost, _params(rule), _params(pool.rule), pool.key)
+    else:
+        plan = GcraPlan("hard", cost, _params(rule), None, None)
+    if cost * plan.primary.interval_us > plan.primary.tau_us + _EPS_US:
+        raise ValueError(f"rule {rule.rule_id!r}: cost {cost} exceeds capacity {rule.capacity}")
+    return plan
+
+
+def _ceil_ms(us: float) -> int:
+    return max(0, math.ceil((us - _EPS_US) / 1000.0))
+
+
+def _remaining(p: GcraParams, used_us: float) -> int:
+    return max(0, math.floor((p.tau_us - used_us + _EPS_US) / p.interval_us))
+
+
+class MemoryRateLimiter:
+    """In-process GCRA: exact, for tests and single-process `clarion dev`.
+
+    ``clock`` returns monotonic seconds (injectable for tests). Keys whose bucket is full again
+    are pruned, so memory follows the number of recently active keys.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # key -> (now_us when stored, TAT - that now): a TAT is never one big float accumulating
+        # rounding error over a long burst, only a small offset from an exact clock reading
+        self._tats: dict[str, tuple[float, float]] = {}
+        self._prune_at_size = 1024
+
+    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> Decision:
+        """See `RateLimiter.acquire`; atomic because it never awaits."""
+        return self._decide(key, gcra_plan(key, rule, cost), self._now_us())
+
+    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[Decision]:
+        """See `RateLimiter.acquire_many`; all requests are decided at one clock reading."""
+        plans = [(key, gcra_plan(key, rule, cost)) for key, rule, cost in requests]
+        now_us = self._now_us()
+        return [self._decide(key, plan, now_us) for key, plan in plans]
+
+    async def aclose(self) -> None:
+        """Forget all state."""
+        self._tats.clear()
+
+    def _now_us(self) -> float:
+        return self._clock() * 1e6
+
+    def _ahead_us(self, key: str, now_us: float) -> float:
+        stamp_us, ahead_us = self._tats.get(key, (now_us, 0.0))
+        return max(stamp_us - now_us + ahead_us, 0.0)
+
+    def _decide(self, key: str, plan: GcraPlan, now_us: float) -> Decision:
+        # Mirrors GCRA_LUA in workers.ratelimit_redis line for line; "ahead" is max(tat, now) - now.
+        p, cost = plan.primary, plan.cost
+        ahead = self._ahead_us(key, now_us)
+        used = ahead + cost * p.interval_us
+        admitted = used <= p.tau_us + _EPS_US
+        if admitted:
+            self._store(key, now_us, used)
+        rejected = RetryAfter(_ceil_ms(used - p.tau_us), _ceil_ms(ahead), _remaining(p, ahead))
+        s, skey = plan.secondary, plan.secondary_key
+        if s is None or skey is None:
+            return Allowed(_remaining(p, used), _ceil_ms(used)) if admitted else rejected
+        s_ahead = self._ahead_us(skey, now_us)
+        s_used = s_ahead + cost * s.interval_us
+        s_admits = s_used <= s.tau_us + _EPS_US
+        if plan.mode == "soft":
+            if not admitted:
+                return RetryAfter(rejected.retry_after_ms, rejected.reset_after_ms, 0)
+            if s_admits:
+                self._store(skey, now_us, s_used)
+                return Allowed(_remaining(s, s_used), _ceil_ms(s_used))
+            return Allowed(0, _ceil_ms(s_ahead), over_limit=True)
+        if admitted:  # elastic: charge the pool so it measures aggregate pace, never past full
+            self._store(skey, now_us, min(s_used, s.tau_us))
+            return Allowed(_remaining(p, used), _ceil_ms(used))
+        if s_admits:
+            self._store(skey, now_us, s_used)
+            return Allowed(0, _ceil_ms(ahead), over_limit=True)
+        return rejected
+
+    def _store(self, key: str, now_us: float, ahead_us: float) -> None:
+        self._tats[key] = (now_us, ahead_us)
+        if len(self._tats) >= self._prune_at_size:
+            self._tats = {k: v for k, v in self._tats.items() if v[0] - now_us + v[1] > 0}
+            self._prune_at_size = max(1024, 2 * len(self._tats))
+
+
+def build_rate_limiter(redis_url: str | None, *, prefix: str = "clarion:rl:") -> RateLimiter:
+    """The Redis limiter (shared by all processes, fails open) when ``redis_url`` is given,
+    else an in-process `MemoryRateLimiter`. Connects lazily, on first use."""
+    if redis_url is None:
+        return MemoryRateLimiter()
+    from workers.ratelimit_redis import RedisRateLimiter
+
+    return RedisRateLimiter.from_url(redis_url, prefix=prefix)
