@@ -9,9 +9,18 @@ from fastapi import FastAPI
 
 from api.auth import KeyCache
 from api.errors import BodySizeLimit, install_error_handlers
+from api.ingress import IngressLimits, RateLimitHeaders
+from api.ops import QueueMonitor
 from api.outbox import Outbox
 from api.routes import health, notifications, sandbox
+from api.routes import dlq as dlq_routes
+from api.routes import categories, preferences, templates, users
+from api.routes import metrics as metrics_routes
+from api.routes import ops as ops_routes
+from api.routes import rate_limits as rate_limit_routes
+from api.routes import search as search_routes
 from clarion.kafka import Publisher
+from clarion.pg import create_pool
 from clarion.settings import Settings
 from schema.db import create_engine
 from workers.render import Renderer
@@ -25,20 +34,27 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
+        pool = await create_pool(settings.database_url, size=settings.db_pool_size)
         publisher = Publisher(settings.kafka_bootstrap or "")
         outbox = Outbox(engine, publisher)
         app.state.settings = settings
         app.state.engine = engine
+        app.state.pool = pool
         app.state.publisher = publisher
         app.state.outbox = outbox
         app.state.renderer = Renderer()
         app.state.key_cache = KeyCache()
+        app.state.ingress = IngressLimits.build(settings=settings, engine=engine)
+        app.state.queues = QueueMonitor(engine=engine, bootstrap=settings.kafka_bootstrap or "")
         await outbox.start()
         try:
             yield
         finally:
             await outbox.stop()
+            await app.state.ingress.aclose()
+            await app.state.queues.close()
             await publisher.close()
+            await pool.close()
             await engine.dispose()
 
     app = FastAPI(
@@ -50,7 +66,18 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(notifications.router)
+    app.include_router(dlq_routes.router)
+    app.include_router(users.router)
+    app.include_router(preferences.router)
+    app.include_router(categories.router)
+    app.include_router(templates.router)
+    app.include_router(search_routes.router)
+    app.include_router(ops_routes.router)
+    app.include_router(metrics_routes.router)
+    app.include_router(rate_limit_routes.router)
     if settings.sandbox_enabled:
         app.include_router(sandbox.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RateLimitHeaders)
+    app.add_middleware(metrics_routes.RejectionCounter)
     return app

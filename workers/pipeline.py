@@ -22,18 +22,24 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
-from providers.base import RenderedMessage, SendResult
-from providers.errors import InvalidRecipient, ProviderError, TransientProviderError
+from providers.base import Provider, RenderedMessage, SendResult
+from providers.errors import (
+    InvalidRecipient,
+    PermanentProviderError,
+    ProviderError,
+    TransientProviderError,
+)
 from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel, Priority, Status
 from schema.messages import NotificationMessage
+from workers.breaker import Breakers, CircuitOpen
 from workers.dedupe import claim_batch
 from workers.outcome import Attempt, Outcome, record_outcomes
 from workers.recipients import Address, addresses_for, deactivate_device
 from workers.render import RenderedContent, Renderer, RenderError
 from workers.retry import RetryPolicy
 from workers.steps import Gate, Row, Screen
-from workers.templates import resolve_template
+from workers.templates import resolve_template_pg
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,8 @@ class Pipeline:
         screens: Sequence[Screen] = (),
         gates: Sequence[Gate] = (),
         unsubscribe_url: Callable[[Row], str | None] | None = None,
+        on_provider_error: Callable[[ProviderError], None] | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
         self.channel = channel
         self.pool = pool
@@ -84,6 +92,8 @@ class Pipeline:
         self.screens = list(screens)
         self.gates = list(gates)
         self.unsubscribe_url = unsubscribe_url
+        self.on_provider_error = on_provider_error  # e.g. adaptive pacing slows down on a 429
+        self.breakers = breakers
         self._slots = asyncio.Semaphore(concurrency)
         self._templates: dict[tuple[Any, ...], tuple[str | None, str, str | None]] = {}
 
@@ -105,8 +115,22 @@ class Pipeline:
         outcomes = list(stopped.values())
         outcomes += await asyncio.gather(*(self._deliver_one(row, addresses[row["id"]]) for row in go))
         await record_outcomes(pool=self.pool, outcomes=outcomes)
+        events = {r["id"]: r["event_id"] for r in rows}
         for o in outcomes:
             metrics.OUTCOMES.labels(self.channel.value, o.provider or "none", o.status).inc()
+            # Ids, status and error code only: bodies and addresses never reach the logs.
+            log.log(
+                logging.DEBUG if o.status == Status.sent.value else logging.INFO,
+                "notification %s%s",
+                o.status,
+                f" ({o.error_code})" if o.error_code else "",
+                extra={
+                    "notification_id": o.notification_id,
+                    "event_id": events.get(o.notification_id),
+                    "channel": self.channel.value,
+                    "provider": o.provider,
+                },
+            )
             for a in o.attempts:
                 metrics.PROVIDER_LATENCY.labels(a.provider, a.outcome).observe(
                     (a.finished_at - a.started_at).total_seconds()
@@ -156,15 +180,14 @@ class Pipeline:
         key = (row["tenant_id"], row["template"], row["channel"], row["locale"], row["template_version"])
         source = self._templates.get(key)
         if source is None:
-            async with self.engine.connect() as conn:
-                template = await resolve_template(
-                    conn=conn,
-                    tenant_id=row["tenant_id"],
-                    name=row["template"],
-                    channel=row["channel"],
-                    locale=row["locale"],
-                    version=row["template_version"],
-                )
+            template = await resolve_template_pg(
+                conn=self.pool,
+                tenant_id=row["tenant_id"],
+                name=row["template"],
+                channel=row["channel"],
+                locale=row["locale"],
+                version=row["template_version"],
+            )
             if template is None:
                 raise RenderError("template_error", f"template '{row['template']}' no longer exists")
             source = (template.subject, template.body, template.html)
@@ -178,7 +201,7 @@ class Pipeline:
         attempts: list[Attempt] = []
         results: list[SendResult] = []
         errors: list[ProviderError] = []
-        number = row["attempts"]
+        opened: list[CircuitOpen] = []
         unsubscribe = (
             self.unsubscribe_url(row) if self.unsubscribe_url and self.channel is Channel.email else None
         )
@@ -203,26 +226,19 @@ class Pipeline:
             except NoProviderConfigured as exc:
                 errors.append(ProviderError(str(exc), provider="none", code="no_provider"))
                 continue
-
-            def on_attempt(
-                started: datetime,
-                finished: datetime,
-                error: BaseException | None,
-                _provider: str = provider.name,
-                _to: str = address.to,
-            ) -> None:
-                nonlocal number
-                number += 1
-                attempts.append(_attempt_row(nid, number, _provider, _to, started, finished, error))
-
+            chain = [provider]
+            secondary = self.providers.failover_for(self.channel, provider)
+            if secondary is not None:
+                chain.append(secondary)
             try:
-                result = await self.policy.run(
-                    lambda p=provider, m=message: p.send(m),  # type: ignore[misc]
-                    provider=provider.name,
-                    on_attempt=on_attempt,
-                )
+                result = await self._send_via(chain, message, row, attempts, errors)
+            except CircuitOpen as exc:
+                opened.append(exc)
+                continue
             except ProviderError as exc:
                 errors.append(exc)
+                if self.on_provider_error is not None:
+                    self.on_provider_error(exc)
                 if isinstance(exc, InvalidRecipient) and address.platform is not None:
                     await deactivate_device(
                         pool=self.pool,
@@ -231,17 +247,71 @@ class Pipeline:
                         reason=f"{exc.provider} {exc.code}: {exc.message}",
                     )
                 continue
+            results.append(result)
+        return self._conclude(row, attempts, results, errors, opened)
+
+    async def _send_via(
+        self,
+        chain: list[Provider],
+        message: RenderedMessage,
+        row: dict[str, Any],
+        attempts: list[Attempt],
+        errors: list[ProviderError],
+    ) -> SendResult:
+        """Send through the first provider of ``chain`` that delivers; a later one is tried only when
+        the one before is unavailable (breaker open) or still failing transiently after its in-process
+        attempts. Raises what the last provider raised (``CircuitOpen`` or a ``ProviderError``);
+        earlier providers' errors go to ``errors``. Every call becomes an ``Attempt``."""
+        nid: UUID = message.notification_id
+        for i, provider in enumerate(chain):
+            last = i == len(chain) - 1
+            breaker = self.breakers.for_provider(provider.name) if self.breakers else None
+
+            def on_attempt(
+                started: datetime,
+                finished: datetime,
+                error: BaseException | None,
+                _provider: str = provider.name,
+                _breaker: Any = breaker,
+            ) -> None:
+                number = row["attempts"] + len(attempts) + 1
+                attempts.append(_attempt_row(nid, number, _provider, message.to, started, finished, error))
+                if _breaker is not None:
+                    _breaker.record(
+                        failed=error is not None and not isinstance(error, PermanentProviderError)
+                    )
+
+            try:
+                result = await self.policy.run(
+                    lambda p=provider: p.send(message),  # type: ignore[misc]
+                    provider=provider.name,
+                    on_attempt=on_attempt,
+                    before_attempt=breaker.check if breaker is not None else None,
+                    budget=self.policy.remaining(row["attempts"] + len(attempts)),
+                )
+            except (CircuitOpen, TransientProviderError) as exc:
+                if last:
+                    raise
+                if isinstance(exc, TransientProviderError):
+                    errors.append(exc)
+                    if self.on_provider_error is not None:
+                        self.on_provider_error(exc)
+                log.info("%s unavailable (%s); failing over to %s", provider.name, exc, chain[i + 1].name)
+                continue
+            except ProviderError:
+                raise
             except Exception as exc:
                 log.exception("provider %s raised an unclassified error", provider.name)
-                errors.append(
-                    TransientProviderError(str(exc), provider=provider.name, code=type(exc).__name__)
-                )
-                continue
+                if not last:
+                    continue
+                raise TransientProviderError(
+                    str(exc), provider=provider.name, code=type(exc).__name__
+                ) from exc
             attempts[-1].outcome = "sent"
             attempts[-1].provider_message_id = result.provider_message_id
             attempts[-1].http_status = result.http_status
-            results.append(result)
-        return self._conclude(row, attempts, results, errors)
+            return result
+        raise AssertionError("unreachable: the chain is never empty")
 
     def _conclude(
         self,
@@ -249,8 +319,18 @@ class Pipeline:
         attempts: list[Attempt],
         results: list[SendResult],
         errors: list[ProviderError],
+        opened: list[CircuitOpen] | None = None,
     ) -> Outcome:
+        """The outcome of one notification's calls.
+
+        ``sent`` when any address was delivered. Otherwise, with only permanent errors, ``failed``.
+        With transient errors or open breakers it is rescheduled (``retrying`` at the retry
+        schedule's next time, or at the breaker's reopen time when only breakers stood in the way;
+        a breaker refusal consumes no attempt); ``dead`` once ``max_attempts`` calls are spent;
+        ``expired`` when the next try would come after ``expires_at``.
+        """
         nid: UUID = row["id"]
+        opened = opened or []
         calls = len(attempts)
         if results:
             first = results[0]
@@ -262,22 +342,53 @@ class Pipeline:
                 ",".join(r.provider_message_id for r in results),
                 attempts=attempts,
             )
+        now = datetime.now(UTC)
+        transient = [e for e in errors if isinstance(e, TransientProviderError)]
+        if not errors or (not transient and opened):
+            waits = [o.until for o in opened] or [now + timedelta(seconds=self.policy.retry_base_s)]
+            last_open = opened[-1] if opened else None
+            base = Outcome(
+                nid,
+                Status.retrying.value,
+                calls,
+                last_open.provider if last_open else None,
+                None,
+                "circuit_open",
+                str(last_open) if last_open else "no provider call was possible",
+                attempts=attempts,
+            )
+            base.not_before = min(waits)
+            return self._unless_expired(row, base)
         last = errors[-1]
         base = Outcome(
             nid, Status.failed.value, calls, last.provider, None, last.code, last.message, attempts=attempts
         )
-        transient = [e for e in errors if isinstance(e, TransientProviderError)]
         if not transient:
             return base
         total = row["attempts"] + calls
+        base.error_code, base.error_message = transient[-1].code, transient[-1].message
         if self.policy.exhausted(total):
             base.status, base.detail = Status.dead.value, f"gave up after {total} attempts"
             return base
         hint = max((e.retry_after_s or 0.0 for e in transient), default=0.0)
         base.status = Status.retrying.value
-        base.not_before = datetime.now(UTC) + timedelta(seconds=self.policy.next_delay_s(total, hint))
-        base.error_code, base.error_message = transient[-1].code, transient[-1].message
-        return base
+        base.not_before = now + timedelta(seconds=self.policy.next_delay_s(total, hint))
+        if opened:
+            base.not_before = max(base.not_before, min(o.until for o in opened))
+        base.detail = f"attempt {total} failed; next try not before {base.not_before.isoformat()}"
+        return self._unless_expired(row, base)
+
+    def _unless_expired(self, row: dict[str, Any], outcome: Outcome) -> Outcome:
+        expires_at: datetime | None = row["expires_at"]
+        if expires_at is None or outcome.not_before is None or outcome.not_before < expires_at:
+            return outcome
+        outcome.status = Status.expired.value
+        outcome.detail = (
+            f"the next try ({outcome.not_before.isoformat()}) would come after expires_at; "
+            f"last error {outcome.error_code}"
+        )
+        outcome.not_before = None
+        return outcome
 
 
 def _attempt_row(

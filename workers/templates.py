@@ -6,9 +6,12 @@ YAML file per template: ``templates/<channel>/<name>/<locale>.yaml`` (see ``temp
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 import yaml
 from sqlalchemy.dialects.postgresql import insert
@@ -82,10 +85,52 @@ async def resolve_template(
         query = query.where(_templates.c.version == version)
     connection = await conn.connection() if isinstance(conn, AsyncSession) else conn
     rows = (await connection.execute(query)).mappings().all()
+    best = _best([dict(r) for r in rows], rank)
+    return Template(**best) if best is not None else None
+
+
+_RESOLVE_SQL = """
+SELECT locale, version, subject, body, html FROM templates
+ WHERE tenant_id = $1 AND name = $2 AND channel = $3 AND lower(locale) = ANY($4::text[])
+   AND (CASE WHEN $5::int IS NULL THEN active ELSE version = $5::int END)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateSource:
+    """What rendering needs of a template row (cheap to build on the hot path)."""
+
+    locale: str
+    version: int
+    subject: str | None
+    body: str
+    html: str | None
+
+
+
+
+async def resolve_template_pg(
+    *,
+    conn: asyncpg.Connection | asyncpg.Pool,
+    tenant_id: str,
+    name: str,
+    channel: str,
+    locale: str | None,
+    version: int | None = None,
+    default_locale: str = "en",
+) -> TemplateSource | None:
+    """:func:`resolve_template` over a plain asyncpg connection (the API's and workers' hot path)."""
+    candidates = locale_candidates(locale, default_locale)
+    rank = {candidate.lower(): i for i, candidate in enumerate(candidates)}
+    rows = await conn.fetch(_RESOLVE_SQL, tenant_id, name, str(channel), list(rank), version)
+    best = _best(rows, rank)
+    return TemplateSource(**best) if best is not None else None
+
+
+def _best(rows: Sequence[Mapping[str, Any]], rank: dict[str, int]) -> dict[str, Any] | None:
     if not rows:
         return None
-    best = min(rows, key=lambda row: (rank[row["locale"].lower()], -row["version"]))
-    return Template(**dict(best))
+    return dict(min(rows, key=lambda row: (rank[row["locale"].lower()], -row["version"])))
 
 
 def load_default_templates(path: Path | None = None) -> list[dict[str, Any]]:

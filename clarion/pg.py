@@ -1,4 +1,4 @@
-"""The worker's asyncpg pool: the hot path (claim, record) runs plain SQL in batches."""
+"""asyncpg pools for the hot paths (accept, claim, record): plain SQL, prepared statements, no ORM overhead."""
 
 from __future__ import annotations
 
