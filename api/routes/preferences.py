@@ -1,0 +1,179 @@
+"""Preferences: service-side (API key, ``preferences`` scope) and user-side (a signed token).
+
+- ``GET/PUT /v1/users/{external_id}/preferences`` and ``POST .../preferences/link`` (service side);
+- ``GET/POST /v1/preferences?token=`` and the page at ``/preferences?token=`` (the person);
+- ``POST /v1/unsubscribe?token=``: RFC 8058 one-click unsubscribe from the email's
+  ``List-Unsubscribe`` header. A ``GET`` of that URL never unsubscribes: it sends the person to the
+  preference page.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from api.auth import require
+from api.errors import ApiError
+from api.preferences import (
+    PreferencesIn,
+    PreferencesLink,
+    PreferencesOut,
+    claims_for,
+    get_preferences,
+    preferences_link,
+    replace_user_preferences,
+    set_preferences,
+    unsubscribe,
+    user_preferences,
+    user_preferences_link,
+)
+from clarion import metrics
+from clarion.tenants import Principal
+
+router = APIRouter(tags=["preferences"])
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+ExternalId = Annotated[str, PathParam(min_length=1, max_length=255)]
+Token = Annotated[str | None, Query(max_length=2048, description="the signed token from the link")]
+
+# The page carries a bearer token in its URL: never leak it in a Referer, never cache, never frame.
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+}
+
+
+@router.get("/v1/users/{external_id}/preferences", response_model=PreferencesOut)
+async def read_user_preferences(
+    external_id: ExternalId,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("preferences"))],
+) -> PreferencesOut:
+    return await user_preferences(
+        engine=request.app.state.engine, tenant_id=principal.tenant_id, external_id=external_id
+    )
+
+
+@router.put("/v1/users/{external_id}/preferences", response_model=PreferencesOut)
+async def replace_preferences(
+    external_id: ExternalId,
+    body: PreferencesIn,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("preferences"))],
+) -> PreferencesOut:
+    return await replace_user_preferences(
+        engine=request.app.state.engine,
+        tenant_id=principal.tenant_id,
+        external_id=external_id,
+        entries=body.preferences,
+    )
+
+
+@router.post("/v1/users/{external_id}/preferences/link", response_model=PreferencesLink)
+async def make_link(
+    external_id: ExternalId,
+    request: Request,
+    principal: Annotated[Principal, Depends(require("preferences"))],
+) -> PreferencesLink:
+    """A signed link the user can open to manage their own preferences, no API key needed."""
+    return await user_preferences_link(
+        engine=request.app.state.engine,
+        settings=request.app.state.settings,
+        tenant_id=principal.tenant_id,
+        external_id=external_id,
+    )
+
+
+@router.get("/v1/preferences", response_model=PreferencesOut, tags=["user-side"])
+async def read_own_preferences(request: Request, token: Token = None) -> PreferencesOut:
+    state = request.app.state
+    claims = await claims_for(
+        engine=state.engine, settings=state.settings, token=token, purposes={"preferences"}
+    )
+    return await get_preferences(engine=state.engine, tenant_id=claims.tenant_id, user_id=claims.user_id)
+
+
+@router.post("/v1/preferences", response_model=PreferencesOut, tags=["user-side"])
+async def change_own_preferences(
+    body: PreferencesIn, request: Request, token: Token = None
+) -> PreferencesOut:
+    state = request.app.state
+    claims = await claims_for(
+        engine=state.engine, settings=state.settings, token=token, purposes={"preferences"}
+    )
+    return await set_preferences(
+        engine=state.engine,
+        tenant_id=claims.tenant_id,
+        user_id=claims.user_id,
+        entries=body.preferences,
+        replace=False,
+    )
+
+
+@router.post("/v1/unsubscribe", tags=["user-side"])
+async def one_click_unsubscribe(request: Request, token: Token = None) -> dict[str, object]:
+    """RFC 8058 one-click: the body (``List-Unsubscribe=One-Click``) carries no authority; the
+    token does. Idempotent."""
+    state = request.app.state
+    claims = await claims_for(
+        engine=state.engine, settings=state.settings, token=token, purposes={"unsubscribe"}
+    )
+    assert claims.category is not None
+    await unsubscribe(
+        engine=state.engine, tenant_id=claims.tenant_id, user_id=claims.user_id, category=claims.category
+    )
+    metrics.UNSUBSCRIBES.labels(claims.tenant_id).inc()
+    return {"unsubscribed": True, "channel": "email", "category": claims.category}
+
+
+@router.get("/v1/unsubscribe", response_class=HTMLResponse, tags=["user-side"])
+async def unsubscribe_link_opened(request: Request, token: Token = None) -> Response:
+    """Opening the link (a GET, as link scanners do too) changes nothing: it leads to the page."""
+    state = request.app.state
+    try:
+        claims = await claims_for(
+            engine=state.engine, settings=state.settings, token=token, purposes={"unsubscribe"}
+        )
+    except ApiError as exc:
+        return _error_page(exc)
+    link = preferences_link(settings=state.settings, tenant_id=claims.tenant_id, user_id=claims.user_id)
+    return RedirectResponse(f"/preferences?token={link.token}", status_code=303, headers=PAGE_HEADERS)
+
+
+@router.get("/preferences", response_class=HTMLResponse, tags=["user-side"])
+async def preference_page(request: Request, token: Token = None) -> Response:
+    state = request.app.state
+    try:
+        await claims_for(engine=state.engine, settings=state.settings, token=token, purposes={"preferences"})
+    except ApiError as exc:
+        return _error_page(exc)
+    return HTMLResponse((STATIC / "preferences.html").read_text(encoding="utf-8"), headers=PAGE_HEADERS)
+
+
+@router.get("/preferences/preferences.js", include_in_schema=False)
+async def preference_page_script() -> Response:
+    return Response(
+        (STATIC / "preferences.js").read_text(encoding="utf-8"),
+        media_type="text/javascript",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _error_page(exc: ApiError) -> HTMLResponse:
+    body = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Link not valid</title></head>"
+        f"<body><h1>Link not valid</h1><p>{escape(exc.message)}</p>"
+        "<p>Use the link in a more recent message.</p></body></html>"
+    )
+    return HTMLResponse(body, status_code=exc.status, headers=PAGE_HEADERS)

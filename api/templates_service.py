@@ -1,0 +1,264 @@
+"""Templates per tenant: versioned (name, channel, locale), one active version, previews.
+
+Guarantees:
+- a template is stored only if every part compiles in the sandbox and renders with its own
+  ``sample_data`` (else ``422`` naming the missing variable or the unsafe construct); the same
+  holds when an older version is activated again;
+- creating a version never changes an existing one; with ``activate`` it becomes the only active
+  version of its (name, channel, locale), atomically (concurrent creates get distinct versions);
+- a preview renders exactly what a send would (same locale fallback, same sandbox and limits).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from api.accept import render_error
+from api.errors import ApiError
+from api.models import NAME
+from schema.enums import Channel
+from schema.ids import uuid7
+from schema.models import Template
+from workers.render import Renderer, RenderError
+from workers.templates import resolve_template
+
+_templates = Template.__table__  # type: ignore[attr-defined]
+LOCALE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
+
+
+class TemplateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128, pattern=NAME)
+    channel: Channel
+    locale: str | None = Field(
+        default=None, max_length=35, pattern=LOCALE, description="default: the tenant's default locale"
+    )
+    subject: str | None = Field(
+        default=None, max_length=998, description="email subject (required for email)"
+    )
+    title: str | None = Field(default=None, max_length=998, description="push title")
+    body: str = Field(min_length=1, max_length=32_000, description="text body (email text part, SMS, push)")
+    html: str | None = Field(default=None, max_length=60_000, description="email HTML body")
+    sample_data: dict[str, Any] = Field(
+        default_factory=dict, description="data the template must render with"
+    )
+    activate: bool = Field(default=True, description="make this version the active one")
+
+    @model_validator(mode="after")
+    def _parts_fit_channel(self) -> TemplateIn:
+        allowed = {
+            Channel.email: {"subject", "html"},
+            Channel.push: {"title"},
+            Channel.sms: set(),
+        }[self.channel]
+        for part in ("subject", "title", "html"):
+            if getattr(self, part) is not None and part not in allowed:
+                raise ValueError(f"a {self.channel.value} template has no '{part}'")
+        if self.channel is Channel.email and not self.subject:
+            raise ValueError("an email template needs a 'subject'")
+        return self
+
+
+class ActivateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    channel: Channel
+    locale: str = Field(max_length=35, pattern=LOCALE)
+    version: int = Field(ge=1)
+
+
+class PreviewIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    channel: Channel
+    locale: str | None = Field(default=None, max_length=35, pattern=LOCALE)
+    version: int | None = Field(default=None, ge=1)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TemplateOut(BaseModel):
+    name: str
+    channel: str
+    locale: str
+    version: int
+    active: bool
+    subject: str | None
+    title: str | None
+    body: str
+    html: str | None
+    sample_data: dict[str, Any]
+    created_at: datetime
+
+
+class PreviewOut(BaseModel):
+    name: str
+    channel: str
+    locale: str = Field(description="the locale actually used, after fallback")
+    version: int
+    subject: str | None
+    title: str | None
+    body: str
+    html: str | None
+
+
+def _out(row: Any) -> TemplateOut:
+    push = row.channel == Channel.push.value
+    return TemplateOut(
+        name=row.name,
+        channel=row.channel,
+        locale=row.locale,
+        version=row.version,
+        active=row.active,
+        subject=None if push else row.subject,
+        title=row.subject if push else None,
+        body=row.body,
+        html=row.html,
+        sample_data=row.sample_data or {},
+        created_at=row.created_at,
+    )
+
+
+def _check_renders(
+    renderer: Renderer, *, subject: str | None, body: str, html: str | None, data: dict[str, Any]
+) -> None:
+    try:
+        renderer.check_syntax(subject=subject, body=body, html=html)
+        renderer.render(subject=subject, body=body, html=html, data=data)
+    except RenderError as exc:
+        raise render_error(exc) from None
+
+
+async def _lock(conn: AsyncConnection, tenant_id: str, name: str, channel: str, locale: str) -> None:
+    # Serializes version numbering and activation of one (tenant, name, channel, locale).
+    key = f"template:{tenant_id}:{name}:{channel}:{locale.lower()}"
+    await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+
+
+def _same(tenant_id: str, name: str, channel: str, locale: str) -> list[Any]:
+    return [
+        _templates.c.tenant_id == tenant_id,
+        _templates.c.name == name,
+        _templates.c.channel == channel,
+        _templates.c.locale == locale,
+    ]
+
+
+async def create_template(
+    *, engine: AsyncEngine, renderer: Renderer, tenant_id: str, default_locale: str, template: TemplateIn
+) -> TemplateOut:
+    """Store a new version (``max + 1``) of the template; ``422`` when it does not render."""
+    subject = template.title if template.channel is Channel.push else template.subject
+    _check_renders(
+        renderer, subject=subject, body=template.body, html=template.html, data=template.sample_data
+    )
+    locale = template.locale or default_locale
+    channel = template.channel.value
+    async with engine.begin() as conn:
+        await _lock(conn, tenant_id, template.name, channel, locale)
+        same = _same(tenant_id, template.name, channel, locale)
+        latest = (await conn.execute(sa.select(sa.func.max(_templates.c.version)).where(*same))).scalar()
+        if template.activate:
+            await conn.execute(_templates.update().where(*same).values(active=False))
+        row = (
+            await conn.execute(
+                _templates.insert()
+                .values(
+                    id=uuid7(),
+                    tenant_id=tenant_id,
+                    name=template.name,
+                    channel=channel,
+                    locale=locale,
+                    version=(latest or 0) + 1,
+                    active=template.activate,
+                    subject=subject,
+                    body=template.body,
+                    html=template.html,
+                    sample_data=template.sample_data,
+                )
+                .returning(_templates)
+            )
+        ).one()
+    return _out(row)
+
+
+async def activate_template(
+    *, engine: AsyncEngine, renderer: Renderer, tenant_id: str, name: str, target: ActivateIn
+) -> TemplateOut:
+    """Make one stored version the active one; ``404`` when missing, ``422`` when it does not render."""
+    channel = target.channel.value
+    async with engine.begin() as conn:
+        await _lock(conn, tenant_id, name, channel, target.locale)
+        same = _same(tenant_id, name, channel, target.locale)
+        row = (
+            await conn.execute(sa.select(_templates).where(*same, _templates.c.version == target.version))
+        ).first()
+        if row is None:
+            raise ApiError(
+                404,
+                "unknown_template",
+                f"No {channel} template '{name}' version {target.version} in locale '{target.locale}'.",
+            )
+        _check_renders(
+            renderer, subject=row.subject, body=row.body, html=row.html, data=row.sample_data or {}
+        )
+        await conn.execute(
+            _templates.update().where(*same).values(active=_templates.c.version == target.version)
+        )
+        activated = (
+            await conn.execute(sa.select(_templates).where(*same, _templates.c.version == target.version))
+        ).one()
+    return _out(activated)
+
+
+async def list_templates(
+    *, engine: AsyncEngine, tenant_id: str, name: str | None = None, channel: Channel | None = None
+) -> list[TemplateOut]:
+    """Every version of the tenant's templates (optionally of one name / channel), newest first."""
+    query = sa.select(_templates).where(_templates.c.tenant_id == tenant_id)
+    if name is not None:
+        query = query.where(_templates.c.name == name)
+    if channel is not None:
+        query = query.where(_templates.c.channel == channel.value)
+    query = query.order_by(
+        _templates.c.name, _templates.c.channel, _templates.c.locale, _templates.c.version.desc()
+    )
+    async with engine.connect() as conn:
+        return [_out(r) for r in (await conn.execute(query)).all()]
+
+
+async def preview_template(
+    *, engine: AsyncEngine, renderer: Renderer, tenant_id: str, default_locale: str, name: str, req: PreviewIn
+) -> PreviewOut:
+    """Render the template a send would use with ``req.data``; ``422`` names the missing variable."""
+    async with engine.connect() as conn:
+        template = await resolve_template(
+            conn=conn,
+            tenant_id=tenant_id,
+            name=name,
+            channel=req.channel.value,
+            locale=req.locale or default_locale,
+            version=req.version,
+            default_locale=default_locale,
+        )
+    if template is None:
+        raise ApiError(404, "unknown_template", f"No {req.channel.value} template '{name}'.")
+    try:
+        content = renderer.render(
+            subject=template.subject, body=template.body, html=template.html, data=req.data
+        )
+    except RenderError as exc:
+        raise render_error(exc) from None
+    push = req.channel is Channel.push
+    return PreviewOut(
+        name=name,
+        channel=req.channel.value,
+        locale=template.locale,
+        version=template.version,
+        subject=None if push else content.subject,
+        title=content.subject if push else None,
+        body=content.body,
+        html=content.html,
+    )

@@ -1,0 +1,269 @@
+"""Preferences over the API: service side (API key), user side (signed token), categories, tokens."""
+
+from __future__ import annotations
+
+import time
+from uuid import UUID
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from pydantic import SecretStr
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from clarion.settings import Settings
+from clarion.tokens import InvalidToken, make_token, verify_token
+from tests.api.test_send_validation import assert_error
+from tests.conftest import TenantInfo, make_tenant
+from tests.fixtures.services import ApiServer, api_client
+
+
+async def new_user(client: httpx.AsyncClient, external_id: str = "u-pref") -> None:
+    response = await client.put(f"/v1/users/{external_id}", json={"email": "p@example.com"})
+    assert response.status_code in (200, 201), response.text
+
+
+async def internal_id(engine: AsyncEngine, tenant_id: str, external_id: str) -> UUID:
+    async with engine.connect() as conn:
+        return UUID(
+            str(
+                (
+                    await conn.execute(
+                        sa.text("SELECT id FROM users WHERE tenant_id = :t AND external_id = :e"),
+                        {"t": tenant_id, "e": external_id},
+                    )
+                ).scalar_one()
+            )
+        )
+
+
+async def stored_preferences(engine: AsyncEngine, user_id: UUID) -> list[tuple[str, str, bool]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text("SELECT channel, category, opted_in FROM preferences WHERE user_id = :u ORDER BY 1, 2"),
+            {"u": user_id},
+        )
+        return [(r.channel, r.category, r.opted_in) for r in rows]
+
+
+def token_for(settings: Settings, tenant_id: str, user_id: UUID, purpose: str, **kw: object) -> str:
+    return make_token(
+        secret=settings.secret_key.get_secret_value(),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        purpose=purpose,  # type: ignore[arg-type]
+        ttl_s=float(kw.pop("ttl_s", 600)),  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# --- categories and service-side preferences -------------------------------------------------------
+
+
+async def test_category_is_declared_and_read_back(client: httpx.AsyncClient) -> None:
+    created = await client.put("/v1/categories/marketing", json={"default_opted_in": False})
+    assert created.status_code == 201, created.text
+    changed = await client.put("/v1/categories/marketing", json={"email_quiet_hours": True})
+    assert changed.status_code == 200
+    read = (await client.get("/v1/categories/marketing")).json()
+    assert read == {
+        "name": "marketing",
+        "default_opted_in": True,
+        "required": False,
+        "email_quiet_hours": True,
+    }
+    assert_error(await client.get("/v1/categories/nope"), 404, "unknown_category")
+    contradictory = await client.put("/v1/categories/otp", json={"required": True, "default_opted_in": False})
+    assert_error(contradictory, 422, "validation_error")
+
+
+async def test_categories_need_the_admin_scope(api: ApiServer, engine: AsyncEngine) -> None:
+    sender = await make_tenant(engine, scopes=("send", "read"))
+    async with api_client(api.url, sender.key) as c:
+        assert_error(await c.put("/v1/categories/x", json={}), 403, "forbidden")
+
+
+async def test_preferences_are_replaced_and_effective_view_follows(client: httpx.AsyncClient) -> None:
+    await new_user(client)
+    await client.put("/v1/categories/news", json={"default_opted_in": False})
+    await client.put("/v1/categories/security", json={"required": True})
+    before = (await client.get("/v1/users/u-pref/preferences")).json()
+    assert before["effective"]["news"] == {"email": False, "sms": False, "push": False}
+    assert before["effective"]["security"]["email"] is True
+
+    body = {
+        "preferences": [
+            {"channel": "*", "category": "news", "opted_in": True},
+            {"channel": "sms", "category": "news", "opted_in": False},
+            {"channel": "push", "category": "*", "opted_in": False},
+        ]
+    }
+    after = await client.put("/v1/users/u-pref/preferences", json=body)
+    assert after.status_code == 200, after.text
+    effective = after.json()["effective"]
+    assert effective["news"] == {"email": True, "sms": False, "push": True}  # category beats channel
+    assert effective["*"] == {"email": True, "sms": True, "push": False}
+    assert effective["security"]["push"] is True  # required: never off
+
+    replaced = await client.put(
+        "/v1/users/u-pref/preferences",
+        json={"preferences": [{"channel": "email", "category": "*", "opted_in": False}]},
+    )
+    assert replaced.json()["preferences"] == [{"channel": "email", "category": "*", "opted_in": False}]
+
+
+async def test_required_category_cannot_be_opted_out_of(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    await new_user(client)
+    await client.put("/v1/categories/security", json={"required": True})
+    body = {
+        "preferences": [
+            {"channel": "email", "category": "orders", "opted_in": False},
+            {"channel": "email", "category": "security", "opted_in": False},
+        ]
+    }
+    error = assert_error(
+        await client.put("/v1/users/u-pref/preferences", json=body), 422, "category_required"
+    )
+    assert error["details"] == {"categories": ["security"]}
+    assert await stored_preferences(engine, await internal_id(engine, tenant.id, "u-pref")) == []
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"channel": "fax", "category": "news", "opted_in": False},
+        {"channel": "email", "category": "bad name!", "opted_in": False},
+        {"channel": "email", "category": "news"},
+    ],
+)
+async def test_malformed_preferences_are_refused(client: httpx.AsyncClient, entry: dict[str, object]) -> None:
+    await new_user(client)
+    response = await client.put("/v1/users/u-pref/preferences", json={"preferences": [entry]})
+    assert_error(response, 422, "validation_error")
+
+
+async def test_preferences_of_unknown_user_are_404(client: httpx.AsyncClient) -> None:
+    assert_error(await client.get("/v1/users/ghost/preferences"), 404, "unknown_user")
+
+
+# --- user side ---------------------------------------------------------------------------------------
+
+
+async def test_link_gives_the_user_their_preferences_without_an_api_key(
+    client: httpx.AsyncClient, api: ApiServer
+) -> None:
+    await new_user(client)
+    link = (await client.post("/v1/users/u-pref/preferences/link")).json()
+    assert link["url"].startswith(f"{api.url}/preferences?token=")
+    async with api_client(api.url, None) as anonymous:
+        page = await anonymous.get("/preferences", params={"token": link["token"]})
+        assert page.status_code == 200 and "Notification preferences" in page.text
+        assert page.headers["referrer-policy"] == "no-referrer"
+        changed = await anonymous.post(
+            "/v1/preferences",
+            params={"token": link["token"]},
+            json={"preferences": [{"channel": "sms", "category": "*", "opted_in": False}]},
+        )
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["effective"]["*"]["sms"] is False
+    service_view = (await client.get("/v1/users/u-pref/preferences")).json()
+    assert service_view["preferences"] == [{"channel": "sms", "category": "*", "opted_in": False}]
+
+
+async def test_one_click_unsubscribe_is_idempotent_and_get_changes_nothing(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    await new_user(client)
+    user_id = await internal_id(engine, tenant.id, "u-pref")
+    token = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news")
+    async with api_client(api.url, None) as anonymous:
+        opened = await anonymous.get("/v1/unsubscribe", params={"token": token})
+        assert opened.status_code == 303 and opened.headers["location"].startswith("/preferences?token=")
+        assert await stored_preferences(engine, user_id) == []
+        for _ in range(2):
+            response = await anonymous.post(
+                "/v1/unsubscribe",
+                params={"token": token},
+                content=b"List-Unsubscribe=One-Click",
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
+            assert response.status_code == 200, response.text
+    assert await stored_preferences(engine, user_id) == [("email", "news", False)]
+
+
+async def test_forged_expired_or_misused_tokens_are_403_and_change_nothing(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    await new_user(client)
+    user_id = await internal_id(engine, tenant.id, "u-pref")
+    good = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news")
+    payload, signature = good.split(".")
+    other = await make_tenant(engine)
+    bad_tokens = {
+        "tampered signature": f"{payload}.{signature[:-2]}AA",
+        "other secret": make_token(
+            secret="not-the-secret",
+            tenant_id=tenant.id,
+            user_id=user_id,
+            purpose="unsubscribe",
+            category="news",
+            ttl_s=600,
+        ),
+        "expired": token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news", ttl_s=-1),
+        "preferences token": token_for(api.settings, tenant.id, user_id, "preferences"),
+        "other tenant": token_for(api.settings, other.id, user_id, "unsubscribe", category="news"),
+        "garbage": "not-a-token",
+        "empty": "",
+    }
+    async with api_client(api.url, None) as anonymous:
+        for why, token in bad_tokens.items():
+            response = await anonymous.post("/v1/unsubscribe", params={"token": token})
+            assert response.status_code == 403, why
+            assert response.json()["error"]["code"] == "invalid_token", why
+        assert_error(await anonymous.post("/v1/unsubscribe"), 403, "invalid_token")
+        assert_error(await anonymous.get("/v1/preferences", params={"token": good}), 403, "invalid_token")
+        page = await anonymous.get("/preferences", params={"token": bad_tokens["expired"]})
+        assert page.status_code == 403 and "Link not valid" in page.text
+    assert await stored_preferences(engine, user_id) == []
+
+
+async def test_tokens_signed_with_a_previous_secret_still_work_after_rotation(
+    settings: Settings, engine: AsyncEngine
+) -> None:
+    rotated = settings.model_copy(
+        update={"secret_key": SecretStr("new-secret"), "previous_secret_keys": [SecretStr("old-secret")]}
+    )
+    server = ApiServer(rotated)
+    await server.start()
+    try:
+        tenant = await make_tenant(engine)
+        async with api_client(server.url, tenant.key) as c:
+            await new_user(c)
+        user_id = await internal_id(engine, tenant.id, "u-pref")
+        async with api_client(server.url, None) as anonymous:
+            for secret, status in (("old-secret", 200), ("new-secret", 200), ("older-secret", 403)):
+                token = make_token(
+                    secret=secret, tenant_id=tenant.id, user_id=user_id, purpose="preferences", ttl_s=600
+                )
+                response = await anonymous.get("/v1/preferences", params={"token": token})
+                assert response.status_code == status, (secret, response.text)
+    finally:
+        await server.stop()
+
+
+def test_token_round_trip_and_expiry() -> None:
+    user = UUID("01890000-0000-7000-8000-000000000001")
+    now = time.time()
+    token = make_token(
+        secret="s", tenant_id="t", user_id=user, purpose="unsubscribe", category="news", ttl_s=60, now_s=now
+    )
+    claims = verify_token(token, secrets=["s"], purposes={"unsubscribe"}, now_s=now + 59)
+    assert (claims.tenant_id, claims.user_id, claims.category) == ("t", user, "news")
+    with pytest.raises(InvalidToken):
+        verify_token(token, secrets=["s"], purposes={"unsubscribe"}, now_s=now + 61)
+    with pytest.raises(InvalidToken):
+        verify_token(token, secrets=["s"], purposes={"preferences"}, now_s=now)
+    with pytest.raises(ValueError):
+        make_token(secret="s", tenant_id="t", user_id=user, purpose="unsubscribe", ttl_s=60)
