@@ -173,7 +173,7 @@ class DeliveryAttempt(SQLModel, table=True):
     recipient: str | None = Field(default=None, description="device token / address hash this call went to")
     started_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
     finished_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
-    outcome: str = Field(max_length=16, description="sent | transient | permanent | invalid_recipient")
+    outcome: str = Field(max_length=32, description="sent | transient | permanent | invalid_recipient")
     error_code: str | None = Field(default=None, max_length=64)
     error_message: str | None = None
     http_status: int | None = None

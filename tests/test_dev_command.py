@@ -48,8 +48,9 @@ async def test_clarion_dev_runs_everything_and_stops_cleanly_on_ctrl_c() -> None
         # The printed curl is the first send a newcomer makes: run its body as printed.
         curl = first_send_curl(f"http://127.0.0.1:{port}", key)
         body = json.loads(curl.split("-d '", 1)[1].rsplit("'", 1)[0])
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
-                                     headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=10
+        ) as client:
             accepted = await client.post("/v1/notifications", json=body)
             assert accepted.status_code == 202, accepted.text
             nid = accepted.json()["id"]

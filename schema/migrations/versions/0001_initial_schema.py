@@ -247,7 +247,7 @@ def upgrade() -> None:
         sa.Column("recipient", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("outcome", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
+        sa.Column("outcome", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
         sa.Column("error_code", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
         sa.Column("error_message", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("http_status", sa.Integer(), nullable=True),

@@ -1,0 +1,167 @@
+"""Each real provider adapter end to end: API -> log -> Kafka -> worker -> provider fake -> log.
+
+The workers here are configured with APNS, FCM, Twilio and SendGrid credentials pointing at the
+local fakes (base-URL settings that production leaves at the real hosts). They run against a
+database and broker of their own so they don't share consumer groups with the sandbox stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from clarion.broker import TansuBroker
+from clarion.kafka import create_topics
+from clarion.pg import asyncpg_dsn
+from clarion.settings import Settings
+from providers.settings import ProvidersSettings
+from schema.db import create_engine
+from schema.enums import Channel
+from tests.api.test_send_validation import email_send
+from tests.conftest import Stack, make_tenant
+from tests.e2e.test_delivery import status_of, wait_status
+from tests.fakes.apns import FakeApns
+from tests.fakes.fcm import FakeFcm
+from tests.fakes.sendgrid import FakeSendGrid
+from tests.fakes.twilio import FakeTwilio
+from tests.fixtures.services import ApiServer, drop_database, fresh_database
+from workers.app import Worker
+
+
+@dataclass
+class RealStack:
+    client: httpx.AsyncClient
+    settings: Settings
+    apns: FakeApns
+    fcm: FakeFcm
+    twilio: FakeTwilio
+    sendgrid: FakeSendGrid
+
+
+def provider_accounts(
+    apns: FakeApns, fcm: FakeFcm, twilio: FakeTwilio, sendgrid: FakeSendGrid
+) -> dict[str, Any]:
+    """The `CLARION_PROVIDERS__...` settings that point every real adapter at its fake."""
+    a = apns.info()
+    return {
+        "apns": {"key_id": a["key_id"], "team_id": a["team_id"], "topic": a["topic"],
+                 "private_key": a["private_key"], "base_url": a["url"], "ca_file": a["ca_file"]},
+        "fcm": {"service_account_json": __import__("json").dumps(fcm.service_account_info()), "base_url": fcm.url},
+        "twilio": {"account_sid": twilio.account_sid, "auth_token": twilio.auth_token,
+                   "from_number": "+14155550199", "base_url": twilio.url},
+        "sendgrid": {"api_key": sendgrid.api_key, "from_email": "noreply@clarion.test", "base_url": sendgrid.url},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+async def real(settings: Settings, stack: Stack) -> AsyncIterator[RealStack]:
+    apns, fcm, twilio, sendgrid = FakeApns(), FakeFcm(), FakeTwilio(), FakeSendGrid()
+    for fake in (apns, fcm, twilio, sendgrid):
+        await fake.start()
+    broker = TansuBroker()
+    broker.start()
+    url = await fresh_database("clarion_real")
+    await create_topics(broker.bootstrap, partitions=1)
+    own = settings.model_copy(update={
+        "database_url": url, "kafka_bootstrap": broker.bootstrap,
+        "providers": ProvidersSettings.model_validate(provider_accounts(apns, fcm, twilio, sendgrid)),
+    })  # fmt: skip
+    workers = [Worker(own, channel) for channel in Channel]
+    await asyncio.gather(*(w.start() for w in workers))
+    api = ApiServer(own)
+    await api.start()
+    engine = create_engine(url, pool_size=1)
+    tenant = await make_tenant(engine)
+    await engine.dispose()
+    async with httpx.AsyncClient(
+        base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
+    ) as client:
+        yield RealStack(client, own, apns, fcm, twilio, sendgrid)
+    await api.stop()
+    await asyncio.gather(*(w.stop() for w in workers))
+    broker.stop()
+    for fake in (apns, fcm, twilio, sendgrid):
+        await fake.stop()
+    await drop_database(url)
+
+
+async def test_email_goes_through_sendgrid_with_its_message_id_recorded(real: RealStack) -> None:
+    address = f"ada-{secrets.token_hex(3)}@example.com"
+    body = email_send(user={"id": f"u-{secrets.token_hex(3)}", "email": address})
+    nid = (await real.client.post("/v1/notifications", json=body)).json()["id"]
+    sent = await wait_status(real.client, nid, "sent")
+    [request] = [
+        r for r in real.sendgrid.requests if r.body["personalizations"][0]["to"][0]["email"] == address
+    ]
+    assert request.body["subject"] == "Your order 123 has shipped"
+    assert sent["provider"] == "sendgrid"
+    assert sent["provider_message_id"] and sent["provider_message_id"] in {
+        a["provider_message_id"] for a in sent["delivery_attempts"]
+    }
+
+
+async def test_sms_goes_through_twilio_with_its_sid_recorded(real: RealStack) -> None:
+    phone = "+1415555" + str(secrets.randbelow(9000) + 1000)
+    body = email_send(
+        channel="sms",
+        template="otp",
+        data={"code": "777111"},
+        user={"id": f"u-{secrets.token_hex(3)}", "phone": phone},
+    )
+    nid = (await real.client.post("/v1/notifications", json=body)).json()["id"]
+    sent = await wait_status(real.client, nid, "sent")
+    [request] = [r for r in real.twilio.requests if r.body.get("To") == phone]
+    assert "777111" in request.body["Body"] and request.body["From"] == "+14155550199"
+    assert sent["provider"] == "twilio" and sent["provider_message_id"].startswith("SM")
+
+
+async def test_push_to_a_user_with_two_devices_calls_apns_and_fcm_once_each(real: RealStack) -> None:
+    apns_token, fcm_token = secrets.token_hex(32), "fcm-" + secrets.token_urlsafe(40)
+    user = {
+        "id": f"u-{secrets.token_hex(3)}",
+        "devices": [{"platform": "apns", "token": apns_token}, {"platform": "fcm", "token": fcm_token}],
+    }
+    nid = (await real.client.post("/v1/notifications", json=email_send(channel="push", user=user))).json()[
+        "id"
+    ]
+    sent = await wait_status(real.client, nid, "sent")
+    assert [r.path for r in real.apns.requests if r.path.endswith(apns_token)] == [f"/3/device/{apns_token}"]
+    [fcm_call] = [
+        r for r in real.fcm.requests if r.path.endswith(":send") and r.body["message"]["token"] == fcm_token
+    ]
+    assert fcm_call.body["message"]["notification"]["title"]
+    assert sorted(a["provider"] for a in sent["delivery_attempts"]) == ["apns", "fcm"]
+    assert sent["provider_message_id"].count(",") == 1  # both ids recorded
+
+
+async def test_unregistered_apns_token_fails_the_send_and_retires_the_device(real: RealStack) -> None:
+    token = secrets.token_hex(32)
+    real.apns.fail_token(token, "Unregistered")
+    user_id = f"u-{secrets.token_hex(3)}"
+    user = {"id": user_id, "devices": [{"platform": "apns", "token": token}]}
+    nid = (await real.client.post("/v1/notifications", json=email_send(channel="push", user=user))).json()[
+        "id"
+    ]
+    failed = await wait_status(real.client, nid, "failed")
+    assert failed["error"]["code"] == "Unregistered"
+    assert [a["outcome"] for a in failed["delivery_attempts"]] == ["invalid_recipient"]  # never retried
+    conn = await asyncpg.connect(asyncpg_dsn(real.settings.database_url))
+    try:
+        device = await conn.fetchrow(
+            "SELECT active, last_error, deactivated_at FROM devices WHERE token = $1", token
+        )
+    finally:
+        await conn.close()
+    assert device["active"] is False and "Unregistered" in device["last_error"] and device["deactivated_at"]
+    again = await real.client.post(
+        "/v1/notifications", json=email_send(channel="push", user_id=user_id, user=None)
+    )
+    assert again.status_code == 422 and again.json()["error"]["code"] == "no_device"
+    assert (await status_of(real.client, nid))["attempts"] == 1
