@@ -3,13 +3,13 @@ a first send that ends `sent`, and Ctrl-C that stops everything, broker included
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 
 import httpx
@@ -31,16 +31,16 @@ async def test_clarion_dev_runs_everything_and_stops_cleanly_on_ctrl_c() -> None
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
     env.update({"CLARION_DATABASE_URL": database_url, "CLARION_DEV_API_KEY": key})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clarion.cli", "dev", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "clarion.cli", "dev", "--port", str(port),
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         banner = ""
         assert proc.stdout is not None
         while "Ctrl-C stops everything" not in banner:
-            line = proc.stdout.readline()
-            assert line, f"clarion dev exited early: {proc.poll()}\n{banner}"
+            line = (await asyncio.wait_for(proc.stdout.readline(), 90)).decode()
+            assert line, f"clarion dev exited early: {proc.returncode}\n{banner}"
             banner += line
         assert f"http://127.0.0.1:{port}/docs" in banner
         assert key in banner
@@ -62,11 +62,11 @@ async def test_clarion_dev_runs_everything_and_stops_cleanly_on_ctrl_c() -> None
             messages = (await client.get("/v1/sandbox/messages", params={"notification_id": nid})).json()
             assert messages[0]["recipient"] == "ada@example.com"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
         assert not _listening(port), "the API still listens after Ctrl-C"
         assert not _listening(broker_port), "the Tansu broker outlived clarion dev"
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait()
+            await proc.wait()
         await drop_database(database_url)
