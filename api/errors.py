@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -57,6 +58,16 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def validation_error(errors: Sequence[Any]) -> ApiError:
+    """The 422 for pydantic errors: every bad field with its message, the first in the message."""
+    details = [
+        {"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg")), "type": e.get("type")}
+        for e in errors
+    ]
+    first = details[0] if details else {"field": "body", "message": "invalid"}
+    return ApiError(422, "validation_error", f"{first['field']}: {first['message']}", details)
+
+
 def _is_db_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, (OperationalError, InterfaceError, ConnectionError, OSError)):
         return True
@@ -81,12 +92,8 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_response(400, "malformed_json", "The request body is not valid JSON.")
-        details = [
-            {"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg")), "type": e.get("type")}
-            for e in errors
-        ]
-        first = details[0] if details else {"field": "body", "message": "invalid"}
-        return error_response(422, "validation_error", f"{first['field']}: {first['message']}", details)
+        error = validation_error(errors)
+        return error_response(422, error.code, error.message, error.details)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -110,18 +117,20 @@ def install_error_handlers(app: FastAPI) -> None:
 class BodySizeLimit:
     """Refuses request bodies over ``max_bytes`` with 413 before they are parsed."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, per_path: dict[str, int] | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_max_bytes = max_bytes
+        self.per_path = per_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes = self.per_path.get(scope.get("path", ""), self.default_max_bytes)
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._reject(scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            await self._reject(scope, receive, send, max_bytes)
             return
         seen = 0
 
@@ -130,18 +139,18 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > max_bytes:
                     raise _TooLarge
             return message
 
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await self._reject(scope, receive, send)
+            await self._reject(scope, receive, send, max_bytes)
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, max_bytes: int) -> None:
         response = error_response(
-            413, "payload_too_large", f"The request body is larger than {self.max_bytes} bytes."
+            413, "payload_too_large", f"The request body is larger than {max_bytes} bytes."
         )
         await response(scope, receive, send)
 

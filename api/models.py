@@ -105,6 +105,37 @@ class Accepted(BaseModel):
     duplicate: bool = False
 
 
+MAX_BATCH = 1000
+
+
+class BatchIn(Strict):
+    notifications: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="up to 1,000 sends, each shaped like POST /v1/notifications",
+    )
+
+
+class BatchItemOut(BaseModel):
+    index: int
+    id: UUID | None = None
+    status: str | None = None
+    duplicate: bool = False
+    error: dict[str, Any] | None = None
+
+
+class BatchOut(BaseModel):
+    accepted: int
+    duplicates: int
+    rejected: int
+    results: list[BatchItemOut]
+
+
+class Cancelled(BaseModel):
+    id: UUID
+    status: str
+
+
 class Transition(BaseModel):
     status: str
     at: datetime

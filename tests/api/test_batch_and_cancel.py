@@ -1,0 +1,76 @@
+"""POST /v1/notifications/batch and POST /v1/notifications/{id}/cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.api.test_send_validation import assert_error, email_send
+from tests.conftest import Stack, make_tenant
+from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.services import ApiServer
+
+
+async def test_batch_accepts_each_item_on_its_own(stack: Stack, client: httpx.AsyncClient) -> None:
+    good = email_send()
+    items = [
+        good,
+        email_send(channel="sms", template="otp", data={"code": "1"}, user={"id": "u-b", "phone": "12345"}),
+        email_send(template="no_such_template"),
+        good,  # the same event again: a duplicate of item 0
+    ]
+    response = await client.post("/v1/notifications/batch", json={"notifications": items})
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert (body["accepted"], body["duplicates"], body["rejected"]) == (1, 1, 2)
+    results = body["results"]
+    assert [r["index"] for r in results] == [0, 1, 2, 3]
+    assert results[1]["error"]["code"] == "validation_error"
+    assert results[1]["error"]["details"][0]["field"] == "user.phone"
+    assert results[2]["error"]["code"] == "unknown_template"
+    assert results[3]["duplicate"] is True and results[3]["id"] == results[0]["id"]
+    await wait_status(client, results[0]["id"], "sent")
+    assert len(await sandbox_for(client, results[0]["id"])) == 1
+
+
+async def test_batch_over_1000_items_is_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/notifications/batch", json={"notifications": [email_send()] * 1001})
+    error = assert_error(response, 422, "validation_error")
+    assert error["details"][0]["field"] == "notifications"
+
+
+async def test_cancelled_scheduled_notification_is_never_sent(
+    stack: Stack, client: httpx.AsyncClient
+) -> None:
+    send_at = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+    accepted = (await client.post("/v1/notifications", json=email_send(send_at=send_at))).json()
+    assert accepted["status"] == "scheduled"
+    response = await client.post(f"/v1/notifications/{accepted['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json() == {"id": accepted["id"], "status": "cancelled"}
+    await asyncio.sleep(3.0)  # past send_at, with the relay scanning every 0.3 s
+    body = await status_of(client, accepted["id"])
+    assert body["status"] == "cancelled"
+    assert [h["status"] for h in body["history"]] == ["scheduled", "cancelled"]
+    assert await sandbox_for(client, accepted["id"]) == []
+
+
+async def test_a_sent_notification_cannot_be_cancelled(stack: Stack, client: httpx.AsyncClient) -> None:
+    nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
+    await wait_status(client, nid, "sent")
+    error = assert_error(await client.post(f"/v1/notifications/{nid}/cancel"), 409, "not_cancellable")
+    assert error["details"] == {"status": "sent"}
+
+
+async def test_another_tenant_cannot_cancel(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine
+) -> None:
+    send_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    nid = (await client.post("/v1/notifications", json=email_send(send_at=send_at))).json()["id"]
+    other = await make_tenant(engine)
+    async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}) as c:
+        assert_error(await c.post(f"/v1/notifications/{nid}/cancel"), 404, "not_found")
+    assert (await status_of(client, nid))["status"] == "scheduled"
