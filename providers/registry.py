@@ -1,7 +1,8 @@
 """Which provider serves which channel (and, for push, which device platform).
 
 An explicit table, not discovery: a channel whose real provider has credentials configured uses it;
-otherwise the sandbox serves it (when enabled).
+otherwise the sandbox serves it (when enabled). Email may also have an SMTP relay configured: it is
+the failover the pipeline tries when SendGrid's breaker is open or SendGrid keeps failing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from providers.fcm import FcmProvider
 from providers.sandbox import SandboxProvider
 from providers.sendgrid import SendGridProvider
 from providers.settings import ProvidersSettings
+from providers.smtp import SmtpProvider
 from providers.twilio import TwilioProvider
 from schema.enums import Channel, Platform
 
@@ -40,6 +42,7 @@ class ProviderSet:
 
     routes: dict[tuple[Channel, str | None], Provider] = field(default_factory=dict)
     fallback: Provider | None = None
+    failover: dict[Channel, Provider] = field(default_factory=dict)
 
     def for_message(self, channel: Channel, platform: str | None = None) -> Provider:
         provider = self.routes.get((channel, platform)) or self.routes.get((channel, None)) or self.fallback
@@ -47,8 +50,14 @@ class ProviderSet:
             raise NoProviderConfigured(f"no provider configured for {channel.value} {platform or ''}".strip())
         return provider
 
+    def failover_for(self, channel: Channel, primary: Provider) -> Provider | None:
+        """The secondary provider to try when ``primary`` is failing (email: SMTP), or None."""
+        secondary = self.failover.get(channel)
+        return secondary if secondary is not None and secondary is not primary else None
+
     def all(self) -> list[Provider]:
         unique: dict[int, Provider] = {id(p): p for p in self.routes.values()}
+        unique.update({id(p): p for p in self.failover.values()})
         if self.fallback is not None:
             unique[id(self.fallback)] = self.fallback
         return list(unique.values())
@@ -68,4 +77,9 @@ def build_providers(settings: ProvidersSettings, *, engine: AsyncEngine) -> Prov
         account = getattr(settings, field_name)
         if account.configured:
             providers.routes[route] = factory(account)
+    if settings.smtp.configured:
+        smtp = SmtpProvider(settings.smtp)
+        # Secondary behind SendGrid; the email route itself when SendGrid is not configured.
+        providers.failover[Channel.email] = smtp
+        providers.routes.setdefault((Channel.email, None), smtp)
     return providers

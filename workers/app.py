@@ -4,12 +4,36 @@ Offsets are committed (``AckPolicy.MANUAL``, one ack per batch) only after the b
 recorded: at-least-once from Kafka, effectively once at the provider thanks to the claim. Never
 ``ACK_FIRST`` (at-most-once) and never ``nack()`` (a hot redelivery loop). The bulk lane has its
 own consumer group, so a marketing backlog never delays an OTP.
+
+The retry lane. After a batch is recorded, notifications rescheduled with a ``not_before``
+(``retrying`` after provider failures, ``delayed`` by a gate) are published to
+``notifications.<channel>.retry``, and ``dead`` ones to ``.dlq`` with their last error (undecodable
+records go there too, wrapped with the decode error). A consumer group of its own
+(``clarion-<channel>-retry``, on a broker client of its own so its group join runs alongside the
+main lanes') reads the retry topic and, per batch, looks up each notification's ``not_before`` in
+the log:
+
+- due (or no longer waiting): delivered now, through the same claim as the main lane;
+- due within ``retry.hold_max_s`` (seconds): the handler waits for it, so short retries are on time;
+- due later: acked and left to the log, where the relay's ``not_before`` scan republishes it when due.
+
+So a retry partition is held for at most ``hold_max_s`` per batch, never for minutes, and nothing
+redelivers in a hot loop (no ``nack()``). Kafka is only the fast path: if a publish to ``.retry``
+fails, or the worker dies, the relay republishes from the log, and the attempt count in the log
+makes the schedule resume where it was. A notification reaching a worker by both paths is sent
+once: only one claim succeeds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
 
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
@@ -18,12 +42,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
 from clarion.kafka import Publisher
+from clarion.pg import create_pool
 from clarion.settings import Settings
 from providers.registry import ProviderSet, build_providers
 from schema.db import create_engine
-from schema.enums import Channel
-from schema.messages import topic
-from workers.db import create_pool
+from schema.enums import Channel, Status
+from schema.messages import NotificationMessage, topic
+from workers.breaker import Breakers
+from workers.outcome import Outcome
 from workers.pipeline import Pipeline, decode
 from workers.render import Renderer
 from workers.retry import RetryPolicy
@@ -47,7 +73,8 @@ class Worker:
             raise ValueError("CLARION_KAFKA_BOOTSTRAP must be set for a worker (clarion dev sets it for you)")
         self.settings = settings
         self.channel = channel
-        self.policy = policy or RetryPolicy()
+        self.policy = policy or settings.retry.policy(channel)
+        self.breakers = Breakers(settings.retry.breaker)
         self._own_providers = providers is None
         self._providers = providers
         self.broker = KafkaBroker(settings.kafka_bootstrap, logger=None)
@@ -65,8 +92,41 @@ class Worker:
                 ack_policy=AckPolicy.MANUAL,
                 auto_offset_reset="earliest",
             )(self._handle_batch)
+        self.retry_broker = KafkaBroker(settings.kafka_bootstrap, logger=None)
+        self.retry_broker.subscriber(
+            topic(channel, "retry"),
+            group_id=f"clarion-{channel.value}-retry",
+            batch=True,
+            max_records=settings.worker_batch_size,
+            batch_timeout_ms=50,
+            ack_policy=AckPolicy.MANUAL,
+            auto_offset_reset="earliest",
+        )(self._handle_retry_batch)
 
     async def _handle_batch(self, msg: KafkaMessage) -> None:
+        messages = await self._decode(msg)
+        await self._deliver(messages)
+        await msg.ack()
+
+    async def _handle_retry_batch(self, msg: KafkaMessage) -> None:
+        messages = await self._decode(msg)
+        waits_s = await self._waits_s([m.id for m in messages])
+        hold_s = self.settings.retry.hold_max_s
+        await self._deliver([m for m in messages if m.id not in waits_s])
+        # Due later than hold_s: left to the log; the relay republishes them when due.
+        soon = sorted(
+            (m for m in messages if 0 < waits_s.get(m.id, 0) <= hold_s), key=lambda m: waits_s[m.id]
+        )
+        started = time.monotonic()
+        while soon:
+            await asyncio.sleep(max(waits_s[soon[0].id] - (time.monotonic() - started), 0.0))
+            elapsed = time.monotonic() - started
+            wave = [m for m in soon if waits_s[m.id] <= elapsed + 0.05]
+            soon = soon[len(wave) :]
+            await self._deliver(wave)
+        await msg.ack()
+
+    async def _decode(self, msg: KafkaMessage) -> list[NotificationMessage]:
         records = msg.raw_message
         if not isinstance(records, tuple):
             records = (records,)
@@ -74,12 +134,23 @@ class Worker:
         for bad in poison:
             log.error("undecodable record sent to the DLQ: %s", bad.error)
             metrics.POISON.labels(self.channel.value).inc()
-            await self.publisher.publish_raw(topic(self.channel, "dlq"), bad.raw)
+            envelope = {
+                "error": {"code": "undecodable", "message": bad.error},
+                "raw_base64": base64.b64encode(bad.raw).decode(),
+            }
+            await self._dead_letter(json.dumps(envelope).encode(), None)
+        return messages
+
+    async def _deliver(self, messages: list[NotificationMessage]) -> None:
+        """Deliver and record ``messages``, retrying until recorded (never skip a batch), then
+        forward rescheduled ones to the retry topic and dead ones to the DLQ."""
+        if not messages:
+            return
         delay_s = 0.5
         while True:  # hold the batch until its outcomes are recorded; never skip it
             try:
                 assert self.pipeline is not None
-                await self.pipeline.deliver(messages)
+                outcomes = await self.pipeline.deliver(messages)
                 break
             except Exception as exc:
                 log.warning(
@@ -87,7 +158,40 @@ class Worker:
                 )
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 10.0)
-        await msg.ack()
+        await self._forward(messages, outcomes)
+
+    async def _forward(self, messages: list[NotificationMessage], outcomes: list[Outcome]) -> None:
+        by_id = {m.id: m for m in messages}
+        later = [
+            by_id[o.notification_id]
+            for o in outcomes
+            if o.not_before is not None
+            and o.status in (Status.retrying.value, Status.delayed.value)
+            and o.notification_id in by_id
+        ]
+        if later:  # what the broker does not take, the relay republishes from the log when due
+            await self.publisher.publish_many(later, lane="retry")
+        for o in outcomes:
+            if o.status == Status.dead.value and o.notification_id in by_id:
+                m = by_id[o.notification_id]
+                await self._dead_letter(dead_letter(m, o), m.key())
+
+    async def _dead_letter(self, value: bytes, key: bytes | None) -> None:
+        try:
+            await self.publisher.publish_raw(topic(self.channel, "dlq"), value, key)
+        except Exception as exc:  # the log keeps dead notifications; only the topic copy is missing
+            log.warning("DLQ publish failed (%s: %s)", type(exc).__name__, exc)
+
+    async def _waits_s(self, ids: list[UUID]) -> dict[UUID, float]:
+        """Seconds until due, for the notifications in ``ids`` still waiting (by the log's clock)."""
+        if not ids or self.pipeline is None:
+            return {}
+        try:
+            rows = await self.pipeline.pool.fetch(WAITING, ids)
+        except Exception as exc:  # deliver them all: the claim takes only due ones, the relay the rest
+            log.warning("retry lane could not read not_before (%s: %s)", type(exc).__name__, exc)
+            return {}
+        return {r["id"]: float(r["wait_s"]) for r in rows}
 
     async def start(self) -> None:
         settings = self.settings
@@ -108,11 +212,13 @@ class Worker:
             screens=steps.screens,
             gates=steps.gates,
             unsubscribe_url=steps.unsubscribe_url,
+            on_provider_error=steps.on_provider_error,
+            breakers=self.breakers,
         )
-        await self.broker.start()
+        await asyncio.gather(self.broker.start(), self.retry_broker.start())
 
     async def stop(self) -> None:
-        await self.broker.stop()
+        await asyncio.gather(self.broker.stop(), self.retry_broker.stop())
         await self.publisher.close()
         if self.pipeline is not None:
             await self.pipeline.pool.close()
@@ -122,3 +228,22 @@ class Worker:
             self._providers = None
         if self._engine is not None:
             await self._engine.dispose()
+
+
+WAITING = """
+SELECT id, extract(epoch FROM not_before - now())::float8 AS wait_s
+  FROM notifications
+ WHERE id = ANY($1::uuid[]) AND status IN ('retrying', 'delayed') AND not_before > now()
+"""
+
+
+def dead_letter(message: NotificationMessage, outcome: Outcome) -> bytes:
+    """The DLQ record of a dead notification: the message plus its last error."""
+    document: dict[str, Any] = message.model_dump(mode="json")
+    document.update(
+        status=outcome.status,
+        error={"code": outcome.error_code, "message": outcome.error_message},
+        detail=outcome.detail,
+        dead_at=datetime.now(UTC).isoformat(),
+    )
+    return json.dumps(document).encode()

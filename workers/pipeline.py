@@ -296,12 +296,22 @@ class Pipeline:
                     errors.append(exc)
                     if self.on_provider_error is not None:
                         self.on_provider_error(exc)
-                log.info("%s unavailable (%s); failing over to %s", provider.name, exc, chain[i + 1].name)
+                log.info(
+                    "%s unavailable (%s); failing over to %s",
+                    provider.name,
+                    getattr(exc, "code", None) or type(exc).__name__,
+                    chain[i + 1].name,
+                    extra={"notification_id": nid, "event_id": row["event_id"], "provider": provider.name},
+                )
                 continue
             except ProviderError:
                 raise
             except Exception as exc:
-                log.exception("provider %s raised an unclassified error", provider.name)
+                log.exception(
+                    "provider %s raised an unclassified error",
+                    provider.name,
+                    extra={"notification_id": nid, "event_id": row["event_id"], "provider": provider.name},
+                )
                 if not last:
                     continue
                 raise TransientProviderError(

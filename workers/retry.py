@@ -1,10 +1,20 @@
 """The retry policy: the only module that imports tenacity.
 
-Two tiers. In-process: a few attempts with exponential backoff and full jitter, honouring a
-provider's ``retry_after`` up to ``max_wait_s``, each attempt bounded by ``attempt_timeout_s``.
-After that the notification is rescheduled (status ``retrying``, ``not_before`` from
-``next_delay_s``) and picked up again later; after ``max_attempts`` provider calls it is dead.
-Only ``TransientProviderError`` is retried.
+Two tiers. In-process: up to ``in_process_attempts`` calls with exponential backoff and full jitter
+(``wait_random_exponential``), honouring a provider's ``retry_after`` up to ``max_wait_s``, each
+call bounded by ``attempt_timeout_s``. A provider asking for a longer pause than ``max_wait_s``
+ends the in-process tier at once rather than holding a worker slot.
+
+After that the notification is rescheduled: status ``retrying`` with ``not_before`` from
+``next_delay_s`` (exponential in the attempt count with jitter: seconds, then minutes, capped at
+``retry_max_s``, never before the provider's hint). The worker publishes it to
+``notifications.<channel>.retry`` and the retry lane delivers it when due (``workers.app``). The
+attempt count lives in the log, so a restarted worker resumes the schedule where it was. After
+``max_attempts`` provider calls (per channel) it is ``dead``; a retry that would fall after the
+notification's ``expires_at`` makes it ``expired`` instead.
+
+Only ``TransientProviderError`` is retried; ``PermanentProviderError`` and ``InvalidRecipient``
+end the notification at once.
 """
 
 from __future__ import annotations
@@ -16,11 +26,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base, wait_random_exponential
 
 from providers.errors import TransientProviderError
+from schema.enums import Channel
+from workers.breaker import BreakerSettings
 
 T = TypeVar("T")
 AttemptHook = Callable[[datetime, datetime, BaseException | None], None]
@@ -64,16 +77,25 @@ class RetryPolicy:
     retry_max_s: float = 900.0
 
     async def run(
-        self, call: Callable[[], Awaitable[T]], *, provider: str, on_attempt: AttemptHook | None = None
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        provider: str,
+        on_attempt: AttemptHook | None = None,
+        before_attempt: Callable[[], None] | None = None,
+        budget: int | None = None,
     ) -> T:
         """Call until it succeeds, raises a non-transient error, or the in-process budget is spent.
 
-        Raises the last error then. A call that exceeds ``attempt_timeout_s`` counts as a
-        transient failure (code ``timeout``). ``on_attempt(started, finished, error)`` sees every call.
+        Raises the last error then. At most ``min(in_process_attempts, budget)`` calls (at least
+        one). A call that exceeds ``attempt_timeout_s`` counts as a transient failure (code
+        ``timeout``). ``before_attempt()`` runs before every call and may raise to stop without
+        calling (the circuit breaker); ``on_attempt(started, finished, error)`` sees every call.
         """
+        attempts = max(1, min(self.in_process_attempts, budget if budget is not None else 1 << 30))
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(TransientProviderError),
-            stop=stop_after_attempt(self.in_process_attempts) | _RetryAfterTooLong(self.max_wait_s),
+            stop=stop_after_attempt(attempts) | _RetryAfterTooLong(self.max_wait_s),
             wait=_WaitRetryAfter(
                 wait_random_exponential(multiplier=self.base_s, max=self.max_wait_s), self.max_wait_s
             ),
@@ -81,6 +103,8 @@ class RetryPolicy:
         )
         async for attempt in retrying:
             with attempt:
+                if before_attempt is not None:
+                    before_attempt()
                 return await self._bounded(call, provider, on_attempt)
         raise AssertionError("unreachable: tenacity either returns or reraises")
 
@@ -96,7 +120,7 @@ class RetryPolicy:
                 f"provider call exceeded {self.attempt_timeout_s}s", provider=provider, code="timeout"
             )
             raise error from None
-        except Exception as exc:
+        except BaseException as exc:  # cancellation too: the hook must see every call end
             error = exc
             raise
         finally:
@@ -104,11 +128,77 @@ class RetryPolicy:
                 on_attempt(started, datetime.now(UTC), error)
 
     def next_delay_s(self, attempts: int, retry_after_s: float | None = None) -> float:
-        """Delay before the next scheduled try after ``attempts`` calls: exponential, full jitter,
-        never shorter than the provider's ``retry_after_s``."""
-        ceiling = min(self.retry_max_s, self.retry_base_s * (2 ** max(attempts - 1, 0)))
+        """Delay before the next scheduled try after ``attempts`` calls: exponential with jitter
+        (between half and all of ``retry_base_s * 2**(attempts-1)``, capped at ``retry_max_s``),
+        never shorter than the provider's ``retry_after_s`` (itself capped at ``retry_max_s``)."""
+        ceiling = min(self.retry_max_s, self.retry_base_s * (2 ** min(max(attempts - 1, 0), 40)))
         delay = random.uniform(ceiling / 2, ceiling)
-        return max(delay, retry_after_s or 0.0)
+        return max(delay, min(retry_after_s or 0.0, self.retry_max_s))
 
     def exhausted(self, attempts: int) -> bool:
+        """True once ``attempts`` provider calls are all this notification gets."""
         return attempts >= self.max_attempts
+
+    def remaining(self, attempts: int) -> int:
+        """Provider calls still allowed after ``attempts``."""
+        return max(self.max_attempts - attempts, 0)
+
+
+class RetrySettings(BaseModel):
+    """``CLARION_RETRY__<FIELD>``: both retry tiers, per-channel attempt limits, the breakers."""
+
+    in_process_attempts: int = Field(
+        default=3, ge=1, description="Provider calls per delivery before rescheduling via the retry topic."
+    )
+    base_s: float = Field(
+        default=0.05, gt=0, description="Base of the in-process exponential backoff, in seconds."
+    )
+    max_wait_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="Longest in-process wait between calls (also the cap on a provider's Retry-After "
+        "honoured in-process; a longer hint reschedules instead).",
+    )
+    attempt_timeout_s: float = Field(
+        default=10.0, gt=0, description="Timeout of one provider call, in seconds."
+    )
+    max_attempts: int = Field(
+        default=8, ge=1, description="Provider calls before a notification is dead (any channel)."
+    )
+    max_attempts_push: int | None = Field(
+        default=None, ge=1, description="Override of max_attempts for push."
+    )
+    max_attempts_sms: int | None = Field(default=None, ge=1, description="Override of max_attempts for SMS.")
+    max_attempts_email: int | None = Field(
+        default=None, ge=1, description="Override of max_attempts for email."
+    )
+    retry_base_s: float = Field(
+        default=2.0, gt=0, description="Delay before the first scheduled retry (doubles each attempt)."
+    )
+    retry_max_s: float = Field(default=900.0, gt=0, description="Longest delay between scheduled retries.")
+    hold_max_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Longest the retry lane waits for a not-yet-due record before leaving it to the "
+        "relay's not_before scan (bounds how long a retry partition is held).",
+    )
+    breaker: BreakerSettings = Field(
+        default_factory=BreakerSettings, description="Per-provider circuit breakers."
+    )
+
+    def policy(self, channel: Channel) -> RetryPolicy:
+        """The policy a ``channel`` worker uses."""
+        override = {
+            Channel.push: self.max_attempts_push,
+            Channel.sms: self.max_attempts_sms,
+            Channel.email: self.max_attempts_email,
+        }[channel]
+        return RetryPolicy(
+            in_process_attempts=self.in_process_attempts,
+            base_s=self.base_s,
+            max_wait_s=self.max_wait_s,
+            attempt_timeout_s=self.attempt_timeout_s,
+            max_attempts=override or self.max_attempts,
+            retry_base_s=self.retry_base_s,
+            retry_max_s=self.retry_max_s,
+        )

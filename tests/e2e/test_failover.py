@@ -1,0 +1,227 @@
+"""Circuit breaker and SMTP failover end to end: SendGrid (its local fake) goes down, its breaker
+opens, email is delivered through a real local SMTP server (aiosmtpd) meanwhile; SendGrid comes
+back, a probe closes the breaker and email goes through SendGrid again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from email import message_from_bytes
+from typing import Any
+
+import httpx
+import pytest
+from aiosmtpd.controller import Controller
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.relay import Relay
+from clarion.broker import TansuBroker, free_port
+from clarion.kafka import Publisher, create_topics
+from clarion.settings import Settings
+from providers.registry import ProviderSet
+from providers.sendgrid import SendGridProvider
+from providers.settings import SendGridSettings, SmtpSettings
+from providers.smtp import SmtpProvider
+from schema.db import create_engine
+from schema.enums import Channel
+from tests.api.test_send_validation import email_send
+from tests.conftest import make_tenant
+from tests.e2e.test_delivery import wait_status
+from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
+from workers.app import Worker
+from workers.breaker import BreakerSettings, breaker_states
+from workers.retry import RetrySettings
+
+COOL_DOWN_S = 1.5
+
+
+class Mailbox:
+    """An aiosmtpd handler that keeps every message it receives."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append(envelope)
+        return "250 Message accepted for delivery"
+
+    def to(self, address: str) -> list[Any]:
+        return [e for e in self.messages if address in e.rcpt_tos]
+
+
+@dataclass
+class EmailLane:
+    engine: AsyncEngine
+    api: ApiServer
+    sendgrid: FakeSendGrid
+    mailbox: Mailbox
+    worker: Worker
+    smtp_port: int
+    controller: Controller
+
+    def smtp_down(self) -> None:
+        self.controller.stop()
+
+    def smtp_up(self) -> None:
+        self.controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.smtp_port)
+        self.controller.start()
+
+
+@pytest.fixture(scope="module")
+async def email_lane(settings: Settings) -> AsyncIterator[EmailLane]:
+    broker = TansuBroker()
+    broker.start()
+    await create_topics(broker.bootstrap, partitions=1)
+    url = await fresh_database("clarion_failover")
+    retry = RetrySettings(
+        in_process_attempts=2,
+        base_s=0.05,
+        max_wait_s=0.5,
+        attempt_timeout_s=2.0,
+        max_attempts=10,
+        retry_base_s=1.0,
+        retry_max_s=4.0,
+        hold_max_s=3.0,
+        breaker=BreakerSettings(failure_rate=0.5, window_s=30, min_calls=3, cool_down_s=COOL_DOWN_S),
+    )
+    own = settings.model_copy(
+        update={"database_url": url, "kafka_bootstrap": broker.bootstrap, "retry": retry}
+    )
+    sendgrid = FakeSendGrid()
+    await sendgrid.start()
+    mailbox = Mailbox()
+    smtp_port = free_port()
+    controller = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
+    controller.start()
+    providers = ProviderSet(
+        routes={
+            (Channel.email, None): SendGridProvider(
+                SendGridSettings(
+                    api_key=sendgrid.api_key,
+                    from_email="noreply@clarion.test",
+                    base_url=sendgrid.url,
+                    timeout_s=2,
+                )
+            )
+        },
+        failover={
+            Channel.email: SmtpProvider(
+                SmtpSettings(
+                    host="127.0.0.1", port=smtp_port, from_email="noreply@clarion.test", starttls=False
+                )
+            )
+        },
+    )
+    engine = create_engine(url, pool_size=2)
+    api = ApiServer(own)
+    worker = Worker(own, Channel.email, providers=providers)
+    await asyncio.gather(api.start(), worker.start())
+    publisher = Publisher(broker.bootstrap)
+    relay_task = asyncio.create_task(
+        Relay(engine, publisher, interval_s=0.3, grace_s=1.0, stale_queued_s=30.0).run()
+    )
+    lane = EmailLane(engine, api, sendgrid, mailbox, worker, smtp_port, controller)
+    yield lane
+    relay_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await relay_task
+    await publisher.close()
+    await worker.stop()
+    await providers.aclose()
+    await api.stop()
+    lane.controller.stop()
+    await sendgrid.stop()
+    await engine.dispose()
+    broker.stop()
+    await drop_database(url)
+
+
+@pytest.fixture
+async def email_client(email_lane: EmailLane) -> AsyncIterator[httpx.AsyncClient]:
+    email_lane.sendgrid.reset()
+    tenant = await make_tenant(email_lane.engine)
+    async with httpx.AsyncClient(
+        base_url=email_lane.api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
+    ) as client:
+        yield client
+
+
+async def send_email(client: httpx.AsyncClient, address: str) -> str:
+    response = await client.post("/v1/notifications", json=email_send(user={"id": address, "email": address}))
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+async def test_sendgrid_down_opens_its_breaker_and_email_is_delivered_via_smtp_until_it_recovers(
+    email_lane: EmailLane, email_client: httpx.AsyncClient
+) -> None:
+    sendgrid, mailbox = email_lane.sendgrid, email_lane.mailbox
+    sendgrid.force_server_error(1000, status=503)
+
+    # SendGrid fails each one; SMTP delivers it. Three failures open SendGrid's breaker.
+    for i in range(3):
+        nid = await send_email(email_client, f"down{i}@example.com")
+        body = await wait_status(email_client, nid, "sent")
+        assert body["provider"] == "smtp"
+        assert body["delivery_attempts"][-1]["provider"] == "smtp"
+        assert body["delivery_attempts"][0]["provider"] == "sendgrid"
+        assert body["delivery_attempts"][0]["outcome"] == "transient"
+    assert breaker_states()["sendgrid"] == "open"
+    calls_when_opened = len(sendgrid.requests)
+
+    # While open, SendGrid is not called at all: the call count stops growing.
+    nid = await send_email(email_client, "open@example.com")
+    body = await wait_status(email_client, nid, "sent")
+    assert [(a["provider"], a["outcome"]) for a in body["delivery_attempts"]] == [("smtp", "sent")]
+    assert len(sendgrid.requests) == calls_when_opened
+    [delivered] = mailbox.to("open@example.com")
+    mime = message_from_bytes(delivered.content)
+    assert mime["Subject"] and "123" in mime["Subject"]
+    assert mime["From"] == "noreply@clarion.test"
+
+    # SendGrid recovers; after the cool-down one probe goes to it, succeeds and closes the breaker.
+    sendgrid.reset()
+    await wait_until(lambda: breaker_states()["sendgrid"] == "half_open", COOL_DOWN_S + 2)
+    nid = await send_email(email_client, "back@example.com")
+    body = await wait_status(email_client, nid, "sent")
+    assert body["provider"] == "sendgrid"
+    assert [(a["provider"], a["outcome"]) for a in body["delivery_attempts"]] == [("sendgrid", "sent")]
+    assert breaker_states()["sendgrid"] == "closed"
+    assert mailbox.to("back@example.com") == []
+
+
+async def test_with_every_email_route_down_notifications_wait_for_the_breakers_without_using_attempts(
+    email_lane: EmailLane, email_client: httpx.AsyncClient
+) -> None:
+    sendgrid, mailbox = email_lane.sendgrid, email_lane.mailbox
+    await wait_until(lambda: breaker_states().get("sendgrid") == "closed", COOL_DOWN_S + 2)
+    sendgrid.force_server_error(1000, status=503)
+    email_lane.smtp_down()
+    try:
+        failing = [await send_email(email_client, f"both{i}@example.com") for i in range(3)]
+        for nid in failing:
+            await wait_status(email_client, nid, "retrying")
+        await wait_until(
+            lambda: breaker_states() == {**breaker_states(), "sendgrid": "open", "smtp": "open"}, 5
+        )
+        calls = len(sendgrid.requests)
+
+        held_id = await send_email(email_client, "held@example.com")
+        held = await wait_status(email_client, held_id, "retrying")
+        assert held["error"]["code"] == "circuit_open"
+        assert held["attempts"] == 0 and held["delivery_attempts"] == [], "a refused call is not an attempt"
+        assert len(sendgrid.requests) == calls
+    finally:
+        sendgrid.reset()
+        email_lane.smtp_up()
+
+    for nid in [*failing, held_id]:
+        await wait_status(email_client, nid, "sent", 30)
+    assert (
+        len(mailbox.to("held@example.com"))
+        + len([r for r in sendgrid.requests if "held@example.com" in r.raw.decode()])
+        == 1
+    )

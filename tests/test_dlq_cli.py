@@ -1,0 +1,109 @@
+"""``clarion dlq list|redrive`` as a real OS process against the session database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from uuid import UUID
+
+import asyncpg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from clarion.pg import asyncpg_dsn
+from clarion.settings import Settings
+from schema.ids import uuid7
+from tests.conftest import TenantInfo
+from tests.fixtures.services import ROOT, settings_env
+
+DEAD = """
+INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,
+                           data, status, attempts, provider, error_code, error_message, history)
+SELECT id, $1, 'evt-' || id::text, 'x', $2, 'sms', 'orders', 'normal', '{}'::jsonb, 'dead', 5, $3, $4,
+       'provider said no', '[]'::jsonb
+  FROM unnest($5::uuid[]) AS id
+"""
+
+
+async def dead_notifications(
+    settings: Settings, tenant: TenantInfo, count: int, provider: str, code: str
+) -> list[UUID]:
+    ids = [uuid7() for _ in range(count)]
+    conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    try:
+        user_id = await conn.fetchval(
+            "INSERT INTO users (id, tenant_id, external_id, phone) VALUES ($1, $2, 'u-dlq', '+14155550100')"
+            " ON CONFLICT ON CONSTRAINT uq_users_tenant_external DO UPDATE SET phone = EXCLUDED.phone RETURNING id",
+            uuid7(),
+            tenant.id,
+        )
+        await conn.execute(DEAD, tenant.id, user_id, provider, code, ids)
+    finally:
+        await conn.close()
+    return ids
+
+
+async def clarion(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = settings_env(settings)
+    env.pop("CLARION_KAFKA_BOOTSTRAP")  # the relay publishes what a redrive re-queues
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "clarion.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def statuses(engine: AsyncEngine, ids: list[UUID]) -> dict[str, int]:
+    import sqlalchemy as sa
+
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.text("SELECT status, attempts FROM notifications WHERE id = ANY(:ids)"), {"ids": ids}
+            )
+        ).all()
+    counts: dict[str, int] = {}
+    for status, attempts in rows:
+        key = f"{status}/{attempts}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.fixture
+async def dead_sms(settings: Settings, tenant: TenantInfo) -> tuple[list[UUID], list[UUID]]:
+    twilio = await dead_notifications(settings, tenant, 1200, "twilio", "20500")
+    other = await dead_notifications(settings, tenant, 3, "twilio", "21211")
+    return twilio, other
+
+
+async def test_dlq_list_prints_dead_notifications_with_their_last_error(
+    settings: Settings, tenant: TenantInfo, dead_sms: tuple[list[UUID], list[UUID]]
+) -> None:
+    done = await clarion(settings, "dlq", "list", "sms", "--tenant", tenant.id, "--limit", "5", "--json")
+
+    assert done.returncode == 0, done.stderr
+    items = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(items) == 5
+    assert all(i["error"]["message"] == "provider said no" and i["provider"] == "twilio" for i in items)
+
+
+async def test_dlq_redrive_requeues_the_filtered_subset_with_a_progress_bar(
+    settings: Settings, engine: AsyncEngine, tenant: TenantInfo, dead_sms: tuple[list[UUID], list[UUID]]
+) -> None:
+    matching, other = dead_sms
+
+    done = await clarion(settings, "dlq", "redrive", "sms", "--tenant", tenant.id, "--error-code", "20500")
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"requeued": 1200, "published": 0}
+    assert "redrive [" in done.stderr and "1200/1200" in done.stderr
+    assert "1000/1200" in done.stderr, "progress is reported per batch"
+    after = await statuses(engine, matching)
+    assert "dead/5" not in after and sum(after.values()) == 1200
+    assert await statuses(engine, other) == {"dead/5": 3}

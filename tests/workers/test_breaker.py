@@ -1,0 +1,100 @@
+"""The circuit breaker: opens on a failure rate, refuses calls, lets one probe through, closes."""
+
+from __future__ import annotations
+
+import pytest
+
+from clarion import metrics
+from workers.breaker import Breakers, BreakerSettings, CircuitBreaker, CircuitOpen, breaker_states
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+SETTINGS = BreakerSettings(failure_rate=0.5, window_s=10, min_calls=4, cool_down_s=5)
+
+
+def gauge(provider: str) -> float:
+    return float(metrics.BREAKER_STATE.labels(provider)._value.get())
+
+
+def test_breaker_opens_when_failure_rate_reaches_threshold_and_refuses_calls() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker("p-open", SETTINGS, clock=clock)
+    for failed in (False, True, False):
+        breaker.check()
+        breaker.record(failed=failed)
+    assert breaker.state == "closed", "3 calls are below min_calls"
+    breaker.check()
+    breaker.record(failed=True)  # 2 of 4 failed: 50%
+    assert breaker.state == "open"
+    assert gauge("p-open") == 2
+    with pytest.raises(CircuitOpen) as refused:
+        breaker.check()
+    assert refused.value.provider == "p-open"
+
+
+def test_failures_outside_the_window_are_forgotten() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker("p-window", SETTINGS, clock=clock)
+    for _ in range(3):
+        breaker.record(failed=True)
+    clock.now_s += 11
+    breaker.record(failed=True)
+    assert breaker.state == "closed"
+
+
+def test_permanent_errors_do_not_count_as_failures() -> None:
+    breaker = CircuitBreaker("p-permanent", SETTINGS, clock=Clock())
+    for _ in range(10):
+        breaker.record(failed=False)  # what the pipeline records for a permanent error
+    assert breaker.state == "closed"
+
+
+def test_after_cool_down_one_probe_passes_and_its_success_closes() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker("p-probe", SETTINGS, clock=clock)
+    for _ in range(4):
+        breaker.record(failed=True)
+    clock.now_s += 5
+    assert breaker.state == "half_open"
+    assert gauge("p-probe") == 1
+    breaker.check()  # the probe
+    with pytest.raises(CircuitOpen):
+        breaker.check()  # everyone else waits for the probe
+    breaker.record(failed=False)
+    assert breaker.state == "closed"
+    assert gauge("p-probe") == 0
+    breaker.check()
+
+
+def test_a_failed_probe_opens_again_for_a_full_cool_down() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker("p-reopen", SETTINGS, clock=clock)
+    for _ in range(4):
+        breaker.record(failed=True)
+    clock.now_s += 5
+    breaker.check()
+    breaker.record(failed=True)
+    assert breaker.state == "open"
+    clock.now_s += 4
+    assert breaker.state == "open"
+    clock.now_s += 1
+    assert breaker.state == "half_open"
+
+
+def test_breaker_states_report_every_provider_of_the_process() -> None:
+    board = Breakers(SETTINGS)
+    failing = board.for_provider("p-states-a")
+    assert failing is not None and board.for_provider("p-states-a") is failing
+    for _ in range(4):
+        failing.record(failed=True)
+    board.for_provider("p-states-b")
+    states = breaker_states()
+    assert states["p-states-a"] == "open" and states["p-states-b"] == "closed"
+    assert Breakers(BreakerSettings(enabled=False)).for_provider("x") is None

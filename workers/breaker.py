@@ -1,0 +1,170 @@
+"""Per-provider circuit breakers: stop calling a provider that is failing, resume when it recovers.
+
+States, per provider name:
+
+- ``closed``: calls go through. Every call's result enters a rolling window of ``window_s``; once
+  the window holds at least ``min_calls`` calls and the share of transient failures reaches
+  ``failure_rate``, the breaker opens. Permanent errors and invalid recipients are answers from a
+  working provider: they count as calls, not as failures.
+- ``open``: no call is attempted for ``cool_down_s``. The pipeline reschedules the notification
+  (``retrying``, ``not_before`` = the reopen time) without consuming one of its attempts.
+- ``half_open``: after the cool-down exactly one probe call goes through; the others wait. The
+  probe's success closes the breaker (and clears the window), its failure opens it again.
+
+Breakers live in the worker process that makes the calls: in a deployment with several worker
+processes (or replicas) each has its own breakers, which open and close independently. The state is
+exported as ``clarion_breaker_state`` (0 closed, 1 half-open, 2 open) and, for code in the same
+process (``clarion dev``, tests), as ``breaker_states()``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, Field
+
+from clarion import metrics
+
+CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
+_GAUGE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
+
+
+class BreakerSettings(BaseModel):
+    """``CLARION_RETRY__BREAKER__<FIELD>``."""
+
+    enabled: bool = Field(default=True, description="Use circuit breakers in front of providers.")
+    failure_rate: float = Field(
+        default=0.5, gt=0, le=1, description="Share of transient failures in the window that opens it."
+    )
+    window_s: float = Field(default=30.0, gt=0, description="Length of the rolling window, in seconds.")
+    min_calls: int = Field(
+        default=10, ge=1, description="Calls the window must hold before the failure rate is judged."
+    )
+    cool_down_s: float = Field(
+        default=30.0, gt=0, description="How long an open breaker refuses calls before one probe."
+    )
+
+
+class CircuitOpen(Exception):
+    """The provider's breaker refused the call; nothing was sent. Try again at ``until``."""
+
+    def __init__(self, provider: str, until: datetime) -> None:
+        super().__init__(f"circuit breaker for {provider} is open until {until.isoformat()}")
+        self.provider = provider
+        self.until = until
+
+
+class CircuitBreaker:
+    """One provider's breaker. Not thread-safe; one event loop uses it."""
+
+    def __init__(
+        self, provider: str, settings: BreakerSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.provider = provider
+        self.settings = settings
+        self._clock = clock
+        self._calls: deque[tuple[float, bool]] = deque()
+        self._state = CLOSED
+        self._opened_at = 0.0
+        self._probing = False
+        metrics.BREAKER_STATE.labels(provider).set(_GAUGE[CLOSED])
+
+    @property
+    def state(self) -> str:
+        """``closed``, ``open`` or ``half_open`` (an open breaker past its cool-down reads half-open)."""
+        if self._state == OPEN and self._clock() - self._opened_at >= self.settings.cool_down_s:
+            self._set(HALF_OPEN)
+        return self._state
+
+    def check(self) -> None:
+        """Return when a call may be made now (in half-open: this caller is the probe); else raise
+        ``CircuitOpen`` with the time worth trying again."""
+        state = self.state
+        if state == CLOSED:
+            return
+        if state == HALF_OPEN and not self._probing:
+            self._probing = True
+            return
+        if state == OPEN:
+            wait_s = self.settings.cool_down_s - (self._clock() - self._opened_at)
+        else:  # a probe is in flight: look again shortly, spread out
+            wait_s = min(self.settings.cool_down_s, 2.0) * random.uniform(0.5, 1.0)
+        raise CircuitOpen(self.provider, datetime.now(UTC) + timedelta(seconds=max(wait_s, 0.0)))
+
+    def record(self, *, failed: bool) -> None:
+        """Count one finished call; ``failed`` for transient failures only."""
+        now = self._clock()
+        if self._probing or self._state == HALF_OPEN:
+            self._probing = False
+            if failed:
+                self._open(now)
+            else:
+                self._calls.clear()
+                self._set(CLOSED)
+            return
+        if self._state == OPEN:
+            return  # a call that started before the breaker opened
+        self._calls.append((now, failed))
+        horizon = now - self.settings.window_s
+        while self._calls and self._calls[0][0] < horizon:
+            self._calls.popleft()
+        failures = sum(1 for _, f in self._calls if f)
+        if (
+            len(self._calls) >= self.settings.min_calls
+            and failures / len(self._calls) >= self.settings.failure_rate
+        ):
+            self._open(now)
+
+    def _open(self, now: float) -> None:
+        self._opened_at = now
+        self._calls.clear()
+        self._set(OPEN)
+
+    def _set(self, state: str) -> None:
+        self._state = state
+        metrics.BREAKER_STATE.labels(self.provider).set(_GAUGE[state])
+
+
+class Breakers:
+    """The breakers of one worker, one per provider name, created on first use."""
+
+    def __init__(self, settings: BreakerSettings) -> None:
+        self.settings = settings
+        self._by_provider: dict[str, CircuitBreaker] = {}
+        _BOARDS.add(self)
+
+    def for_provider(self, provider: str) -> CircuitBreaker | None:
+        """The provider's breaker, or None when breakers are disabled."""
+        if not self.settings.enabled:
+            return None
+        breaker = self._by_provider.get(provider)
+        if breaker is None:
+            breaker = self._by_provider[provider] = CircuitBreaker(provider, self.settings)
+        return breaker
+
+    def snapshot(self) -> dict[str, str]:
+        """State per provider this worker has called."""
+        return {name: b.state for name, b in self._by_provider.items()}
+
+
+_BOARDS: weakref.WeakSet[Breakers] = weakref.WeakSet()
+
+
+def breaker_states() -> dict[str, str]:
+    """State per provider across the workers of this process (for ``/v1/ops/queues``).
+
+    When several workers in the process call the same provider, the worst state wins
+    (open > half_open > closed). Another process's breakers are not visible here: read the
+    ``clarion_breaker_state`` metric of each worker for those.
+    """
+    merged: dict[str, str] = {}
+    for board in list(_BOARDS):
+        for name, state in board.snapshot().items():
+            if _GAUGE[state] >= _GAUGE.get(merged.get(name, CLOSED), 0):
+                merged[name] = state
+    return merged
