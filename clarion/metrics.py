@@ -39,10 +39,70 @@ DEDUPED = Counter(
 RATELIMIT_DECISIONS = Counter(
     "clarion_ratelimit_decisions_total", "Rate-limit decisions by rule and decision.", ["rule", "decision"]
 )
+PACING_FACTOR = Gauge(
+    "clarion_provider_pacing_factor",
+    "Share of its pacing rules' rate a provider gets now (1 nominal; halved by each provider 429, then recovering).",
+    ["provider"],
+)
 BREAKER_STATE = Gauge(
     "clarion_breaker_state",
     "Circuit breaker state per provider (0 closed, 1 half-open, 2 open).",
     ["provider"],
 )
 POISON = Counter("clarion_poison_messages_total", "Undecodable Kafka records sent to the DLQ.", ["channel"])
+REDRIVEN = Counter(
+    "clarion_dlq_redriven_total", "Dead notifications re-queued by a DLQ redrive.", ["channel"]
+)
 RELAY_REPUBLISHED = Counter("clarion_relay_republished_total", "Notifications republished by the relay.")
+UNSUBSCRIBES = Counter(
+    "clarion_unsubscribes_total", "One-click unsubscribes (RFC 8058) accepted, per tenant.", ["tenant"]
+)
+PROVIDER_WEBHOOK_EVENTS = Counter(
+    "clarion_provider_webhook_events_total",
+    "Provider delivery reports received (Twilio status callbacks, SendGrid events), by provider, "
+    "provider status/event and result (recorded, duplicate, ignored, unknown, rejected).",
+    ["provider", "event", "result"],
+)
+
+# Queue gauges: refreshed from Kafka offsets and the log whenever the API's /metrics is scraped.
+CONSUMER_LAG = Gauge(
+    "clarion_consumer_lag",
+    "Records in a topic partition not yet committed by its consumer group (end offset - committed).",
+    ["topic", "partition", "group"],
+)
+TOPIC_END_OFFSET = Gauge(
+    "clarion_topic_end_offset",
+    "Kafka end offset (next offset to be written) per topic partition.",
+    ["topic", "partition"],
+)
+QUEUE_DEPTH = Gauge(
+    "clarion_queue_depth",
+    "Notifications in the log not yet in a final status (accepted, queued, sending, retrying, delayed, scheduled).",
+    ["channel", "lane"],
+)
+OLDEST_UNDELIVERED_AGE = Gauge(
+    "clarion_oldest_undelivered_age_seconds",
+    "Age of the oldest due notification not yet in a final status (0 when none), from the log.",
+    ["channel"],
+)
+DLQ_SIZE = Gauge(
+    "clarion_dlq_size",
+    "Dead notifications (retries exhausted) waiting for a redrive, from the log.",
+    ["channel"],
+)
+LAG_READ_ERRORS = Counter(
+    "clarion_lag_read_errors_total", "Failed reads of Kafka offsets for the queue gauges."
+)
+
+_metrics_server_port: int | None = None
+
+
+def serve_metrics(port: int | None) -> None:
+    """Serve this process's metrics on ``port`` (once per process; ``None``/0: off)."""
+    global _metrics_server_port
+    if not port or _metrics_server_port is not None:
+        return
+    from prometheus_client import start_http_server
+
+    start_http_server(port)
+    _metrics_server_port = port

@@ -13,6 +13,7 @@ import uvicorn
 
 from api.app import create_app
 from api.relay import Relay
+from clarion import metrics
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
@@ -93,6 +94,7 @@ async def serve_api(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
 async def run_workers(
     settings: Settings, channels: list[Channel], stop: Callable[[], Awaitable[None]]
 ) -> None:
+    metrics.serve_metrics(settings.metrics_port)
     workers = [Worker(settings, ch) for ch in channels]
     await asyncio.gather(*(w.start() for w in workers))  # each consumer group join takes seconds
     try:
@@ -102,6 +104,7 @@ async def run_workers(
 
 
 async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> None:
+    metrics.serve_metrics(settings.metrics_port)
     engine = create_engine(settings.database_url, pool_size=2)
     publisher = Publisher(settings.kafka_bootstrap or "")
     relay = Relay(
@@ -162,7 +165,8 @@ async def dev(settings: Settings) -> None:
         url = settings.base_url
         print(
             f"\nClarion is running (broker {settings.kafka_bootstrap}).\n"
-            f"  API docs:  {url}/docs\n  API key:   {api_key}\n"
+            f"  API docs:  {url}/docs\n  Dashboard: {url}/ops  (sign in with the API key)\n"
+            f"  Metrics:   {url}/metrics\n  API key:   {api_key}\n"
             f"  Sandbox:   {url}/v1/sandbox/messages\n\nSend a first notification:\n\n"
             f"{first_send_curl(url, api_key)}\n\nThen read it: curl -s -H 'Authorization: Bearer {api_key}'"
             f" {url}/v1/notifications/<id>\n\nCtrl-C stops everything.\n",

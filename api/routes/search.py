@@ -1,0 +1,182 @@
+"""GET /v1/notifications: search the caller's notifications, newest first, cursor-paginated.
+
+The cursor is opaque to callers (base64 of the last item's ``created_at`` and id); pages are stable
+while new notifications arrive because they only ever sort before the cursor.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.auth import require
+from api.errors import ApiError
+from api.models import ErrorInfo
+from clarion.tenants import Principal
+from schema.enums import Channel, Priority, Status
+from schema.models import Notification, User
+
+router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
+
+MAX_LIMIT = 200
+_n = Notification.__table__  # type: ignore[attr-defined]
+_u = User.__table__  # type: ignore[attr-defined]
+
+
+class NotificationSummary(BaseModel):
+    id: UUID
+    event_id: str
+    user_id: str
+    channel: Channel
+    category: str
+    priority: Priority
+    status: str
+    attempts: int
+    provider: str | None
+    error: ErrorInfo | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class NotificationPage(BaseModel):
+    items: list[NotificationSummary]
+    next_cursor: str | None = None
+
+
+def encode_cursor(created_at: datetime, notification_id: UUID) -> str:
+    raw = json.dumps([created_at.isoformat(), str(notification_id)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """(created_at, id) from a cursor this API issued; ``ApiError`` 422 for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, nid = json.loads(raw)
+        return datetime.fromisoformat(created), UUID(nid)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            422, "invalid_cursor", "The cursor is not one this API issued; start again without it."
+        ) from exc
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+async def search_notifications(
+    *,
+    engine: AsyncEngine,
+    tenant_id: str,
+    user: str | None = None,
+    statuses: list[Status] | None = None,
+    channel: Channel | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> NotificationPage:
+    """One page of ``tenant_id``'s notifications matching every filter given, newest first.
+
+    ``since`` is inclusive, ``until`` exclusive (naive times are UTC). Another tenant's
+    notifications never match, whatever the filters.
+    """
+    since, until = _aware(since), _aware(until)
+    if since is not None and until is not None and since >= until:
+        raise ApiError(422, "validation_error", "since must be earlier than until.", [{"field": "since"}])
+    query = (
+        sa.select(
+            _n.c.id,
+            _n.c.event_id,
+            _u.c.external_id,
+            _n.c.channel,
+            _n.c.category,
+            _n.c.priority,
+            _n.c.status,
+            _n.c.attempts,
+            _n.c.provider,
+            _n.c.error_code,
+            _n.c.error_message,
+            _n.c.created_at,
+            _n.c.updated_at,
+        )
+        .join(_u, _u.c.id == _n.c.user_id)
+        .where(_n.c.tenant_id == tenant_id)
+        .order_by(_n.c.created_at.desc(), _n.c.id.desc())
+        .limit(limit + 1)
+    )
+    if user is not None:
+        query = query.where(_u.c.tenant_id == tenant_id, _u.c.external_id == user)
+    if statuses:
+        query = query.where(_n.c.status.in_([s.value for s in statuses]))
+    if channel is not None:
+        query = query.where(_n.c.channel == channel.value)
+    if since is not None:
+        query = query.where(_n.c.created_at >= since)
+    if until is not None:
+        query = query.where(_n.c.created_at < until)
+    if cursor is not None:
+        created, nid = decode_cursor(cursor)
+        query = query.where(
+            sa.tuple_(_n.c.created_at, _n.c.id) < sa.tuple_(sa.literal(created), sa.literal(nid))
+        )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    items = [_summary(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return NotificationPage(
+        items=items, next_cursor=encode_cursor(items[-1].created_at, items[-1].id) if more else None
+    )
+
+
+def _summary(row: Any) -> NotificationSummary:
+    return NotificationSummary(
+        id=row.id,
+        event_id=row.event_id,
+        user_id=row.external_id,
+        channel=row.channel,
+        category=row.category,
+        priority=row.priority,
+        status=row.status,
+        attempts=row.attempts,
+        provider=row.provider,
+        error=ErrorInfo(code=row.error_code, message=row.error_message) if row.error_code else None,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+@router.get("", response_model=NotificationPage)
+async def search(
+    request: Request,
+    principal: Annotated[Principal, Depends(require("read"))],
+    user: Annotated[str | None, Query(max_length=255, description="the user's external id")] = None,
+    status: Annotated[list[Status] | None, Query(description="repeat for several")] = None,
+    channel: Channel | None = None,
+    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
+    until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=512, description="next_cursor of the previous page")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+) -> NotificationPage:
+    return await search_notifications(
+        engine=request.app.state.engine,
+        tenant_id=principal.tenant_id,
+        user=user,
+        statuses=status,
+        channel=channel,
+        since=since,
+        until=until,
+        cursor=cursor,
+        limit=limit,
+    )
