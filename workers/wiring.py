@@ -10,9 +10,15 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from clarion.rules import RulesCache
 from clarion.settings import Settings
+from providers.errors import ProviderError
 from schema.enums import Channel
+from workers.content_dedupe import build_content_dedupe
+from workers.preferences import PreferencesScreen
+from workers.quiet_hours import QuietHoursScreen
 from workers.steps import Gate, Row, Screen
+from workers.throttle import AdaptivePacing, ThrottleGate, provider_names, shared_rate_limiter
 
 
 @dataclass
@@ -20,8 +26,32 @@ class Steps:
     screens: list[Screen] = field(default_factory=list)
     gates: list[Gate] = field(default_factory=list)
     unsubscribe_url: Callable[[Row], str | None] | None = None
+    on_provider_error: Callable[[ProviderError], None] | None = None
 
 
 def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool) -> Steps:
     """The steps for ``channel``: screens run on the claimed batch, gates per notification."""
-    return Steps()
+    steps = Steps()
+    # Opt-out before quiet hours: an unwanted notification is suppressed, not held.
+    preferences = PreferencesScreen(
+        pool=pool,
+        secret=settings.secret_key.get_secret_value(),
+        base_url=settings.base_url,
+        token_ttl_s=settings.preference_token_ttl_s,
+    )
+    steps.screens += [preferences, QuietHoursScreen(pool=pool)]
+    steps.unsubscribe_url = preferences.unsubscribe_url
+    # Content dedupe before throttling: a duplicate never uses up a cap or a provider slot.
+    rules = RulesCache.from_pool(pool)
+    pacing = AdaptivePacing()
+    steps.gates += [
+        build_content_dedupe(rules=rules, pool=pool, redis_url=settings.redis_url),
+        ThrottleGate(
+            rules=rules,
+            limiter=shared_rate_limiter(settings.redis_url),
+            provider_name=provider_names(settings.providers, channel),
+            pacing=pacing,
+        ),
+    ]
+    steps.on_provider_error = pacing.on_provider_error
+    return steps

@@ -1,0 +1,220 @@
+"""Managing a tenant's rate-limit rules and its content-dedupe window.
+
+A tenant sees and changes only its own rules; global rules (``tenant_id`` NULL, e.g. provider
+pacing shared by every tenant) are managed in the database by operators. Every change bumps
+``updated_at``; running processes pick it up within `clarion.rules.REFRESH_TTL_S` seconds.
+
+Which combinations are valid (anything else is a ``422 validation_error``):
+
+| scope       | enforced                                  | action        | may set             |
+|-------------|-------------------------------------------|---------------|---------------------|
+| `tenant`    | at the API, per tenant                    | `reject`      | -                   |
+| `api_key`   | at the API, per API key                   | `reject`      | -                   |
+| `recipient` | in the worker, per user+channel[+category]| `delay`/`drop`| channel, category   |
+| `provider`  | in the worker, per provider account       | `delay`/`drop`| channel, provider   |
+
+A ``recipient`` rule is a frequency cap (at most ``limit`` per ``period_s``) and takes no
+``burst``. ``elastic`` mode is not offered here: it needs a shared pool no rule describes yet.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.errors import ApiError
+from providers.registry import REAL_PROVIDERS
+from schema.enums import Channel
+from schema.models import RateLimitRule, Tenant
+
+_rules = RateLimitRule.__table__  # type: ignore[attr-defined]
+_tenants = Tenant.__table__  # type: ignore[attr-defined]
+
+KNOWN_PROVIDERS = frozenset({field_name for field_name, _ in REAL_PROVIDERS.values()} | {"smtp", "sandbox"})
+INGRESS_SCOPES = frozenset({"tenant", "api_key"})
+MAX_PERIOD_S = 31 * 24 * 3600.0
+MAX_DEDUPE_WINDOW_S = 7 * 24 * 3600
+
+
+class RateLimitIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="", max_length=128, description="shown in metrics and in why a send waited")
+    scope: Literal["tenant", "api_key", "recipient", "provider"]
+    channel: Channel | None = Field(default=None, description="recipient/provider: only this channel")
+    category: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+    )
+    provider: str | None = Field(
+        default=None, description=f"provider scope: one of {sorted(KNOWN_PROVIDERS)}"
+    )
+    limit: int = Field(ge=1, le=10_000_000, description="events allowed per period")
+    period_s: float = Field(gt=0, le=MAX_PERIOD_S)
+    burst: int = Field(default=0, ge=0, le=10_000_000, description="extra events allowed at once")
+    mode: Literal["hard", "soft"] = "hard"
+    overshoot_pct: float = Field(default=0.0, ge=0, le=1000, description="soft mode: tolerated excess, %")
+    action: Literal["reject", "delay", "drop"] | None = Field(
+        default=None, description="default: reject for tenant/api_key scopes, delay otherwise"
+    )
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RateLimitIn:
+        ingress = self.scope in INGRESS_SCOPES
+        if self.action is None:
+            self.action = "reject" if ingress else "delay"
+        if ingress and self.action != "reject":
+            raise ValueError(f"a {self.scope} rule is enforced at the API: its action must be 'reject'")
+        if not ingress and self.action == "reject":
+            raise ValueError(f"a {self.scope} rule is enforced by workers: its action is 'delay' or 'drop'")
+        allowed = {"tenant": (), "api_key": (), "recipient": ("channel", "category")}.get(
+            self.scope, ("channel", "provider")
+        )
+        for name in ("channel", "category", "provider"):
+            if getattr(self, name) is not None and name not in allowed:
+                raise ValueError(f"'{name}' does not apply to a {self.scope} rule")
+        if self.provider is not None and self.provider not in KNOWN_PROVIDERS:
+            raise ValueError(
+                f"unknown provider '{self.provider}'; known: {', '.join(sorted(KNOWN_PROVIDERS))}"
+            )
+        if self.scope == "recipient" and self.burst:
+            raise ValueError("a recipient rule is a frequency cap: at most 'limit' per 'period_s', no burst")
+        if self.mode == "soft" and self.overshoot_pct == 0:
+            raise ValueError("a soft rule needs overshoot_pct > 0")
+        return self
+
+
+class RateLimitOut(BaseModel):
+    id: UUID
+    name: str
+    scope: str
+    channel: str | None
+    category: str | None
+    provider: str | None
+    limit: int
+    period_s: float
+    burst: int
+    mode: str
+    overshoot_pct: float
+    action: str
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class TenantSettingsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content_dedupe_window_s: int | None = Field(
+        ge=1,
+        le=MAX_DEDUPE_WINDOW_S,
+        description="the same rendered content to the same user on the same channel within this many "
+        "seconds is recorded as 'duplicate' and not sent; null turns content dedupe off",
+    )
+
+
+class TenantSettingsOut(BaseModel):
+    content_dedupe_window_s: int | None
+
+
+def _values(rule: RateLimitIn) -> dict[str, Any]:
+    values = rule.model_dump()
+    values["channel"] = rule.channel.value if rule.channel is not None else None
+    return values
+
+
+def _not_found(rule_id: UUID) -> ApiError:
+    return ApiError(404, "not_found", f"No rate-limit rule {rule_id}.")
+
+
+async def create_rule(*, engine: AsyncEngine, tenant_id: str, rule: RateLimitIn) -> RateLimitOut:
+    """Store a new rule for the tenant; enforced everywhere within a few seconds."""
+    async with engine.begin() as conn:
+        row = (
+            await conn.execute(_rules.insert().values(tenant_id=tenant_id, **_values(rule)).returning(_rules))
+        ).one()
+    return RateLimitOut.model_validate(row, from_attributes=True)
+
+
+async def list_rules(*, engine: AsyncEngine, tenant_id: str) -> list[RateLimitOut]:
+    """The tenant's own rules, oldest first (enabled or not)."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.select(_rules).where(_rules.c.tenant_id == tenant_id).order_by(_rules.c.created_at)
+            )
+        ).all()
+    return [RateLimitOut.model_validate(r, from_attributes=True) for r in rows]
+
+
+async def get_rule(*, engine: AsyncEngine, tenant_id: str, rule_id: UUID) -> RateLimitOut:
+    """The rule; ``404 not_found`` when it does not exist or belongs to another tenant."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                sa.select(_rules).where(_rules.c.id == rule_id, _rules.c.tenant_id == tenant_id)
+            )
+        ).first()
+    if row is None:
+        raise _not_found(rule_id)
+    return RateLimitOut.model_validate(row, from_attributes=True)
+
+
+async def replace_rule(
+    *, engine: AsyncEngine, tenant_id: str, rule_id: UUID, rule: RateLimitIn
+) -> RateLimitOut:
+    """Replace every field of the rule (its limiter state carries over); ``404`` if not the tenant's."""
+    async with engine.begin() as conn:
+        row = (
+            await conn.execute(
+                _rules.update()
+                .where(_rules.c.id == rule_id, _rules.c.tenant_id == tenant_id)
+                .values(**_values(rule), updated_at=sa.func.now())
+                .returning(_rules)
+            )
+        ).first()
+    if row is None:
+        raise _not_found(rule_id)
+    return RateLimitOut.model_validate(row, from_attributes=True)
+
+
+async def delete_rule(*, engine: AsyncEngine, tenant_id: str, rule_id: UUID) -> None:
+    """Delete the rule; ``404`` if it is not the tenant's."""
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            _rules.delete().where(_rules.c.id == rule_id, _rules.c.tenant_id == tenant_id)
+        )
+    if not result.rowcount:
+        raise _not_found(rule_id)
+
+
+async def get_tenant_settings(*, engine: AsyncEngine, tenant_id: str) -> TenantSettingsOut:
+    """The tenant's delivery settings."""
+    async with engine.connect() as conn:
+        window = (
+            await conn.execute(
+                sa.select(_tenants.c.content_dedupe_window_s).where(_tenants.c.id == tenant_id)
+            )
+        ).scalar_one()
+    return TenantSettingsOut(content_dedupe_window_s=window)
+
+
+async def update_tenant_settings(
+    *, engine: AsyncEngine, tenant_id: str, settings: TenantSettingsIn
+) -> TenantSettingsOut:
+    """Replace the tenant's delivery settings; workers apply them within a few seconds."""
+    async with engine.begin() as conn:
+        window = (
+            await conn.execute(
+                _tenants.update()
+                .where(_tenants.c.id == tenant_id)
+                .values(content_dedupe_window_s=settings.content_dedupe_window_s)
+                .returning(_tenants.c.content_dedupe_window_s)
+            )
+        ).scalar_one()
+    return TenantSettingsOut(content_dedupe_window_s=window)

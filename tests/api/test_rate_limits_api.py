@@ -1,0 +1,112 @@
+"""/v1/rate-limits CRUD and /v1/tenant/settings: validated, per tenant, admin only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.api.test_send_validation import assert_error
+from tests.conftest import make_tenant
+from tests.fixtures.services import ApiServer, api_client
+
+
+def cap(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "push-cap",
+        "scope": "recipient",
+        "channel": "push",
+        "limit": 3,
+        "period_s": 3600,
+        "action": "drop",
+    }
+    body.update(overrides)
+    return body
+
+
+async def test_created_rule_is_listed_read_replaced_and_deleted(client: httpx.AsyncClient) -> None:
+    created = await client.post("/v1/rate-limits", json=cap())
+    assert created.status_code == 201, created.text
+    rule = created.json()
+    assert rule["scope"] == "recipient" and rule["limit"] == 3 and rule["action"] == "drop"
+    assert rule["enabled"] is True and rule["mode"] == "hard"
+    assert [r["id"] for r in (await client.get("/v1/rate-limits")).json()] == [rule["id"]]
+    assert (await client.get(f"/v1/rate-limits/{rule['id']}")).json() == rule
+
+    replaced = await client.put(f"/v1/rate-limits/{rule['id']}", json=cap(limit=5, action="delay"))
+    assert replaced.status_code == 200, replaced.text
+    assert (replaced.json()["limit"], replaced.json()["action"]) == (5, "delay")
+    assert replaced.json()["updated_at"] > rule["updated_at"]
+
+    assert (await client.delete(f"/v1/rate-limits/{rule['id']}")).status_code == 204
+    assert_error(await client.get(f"/v1/rate-limits/{rule['id']}"), 404, "not_found")
+    assert (await client.get("/v1/rate-limits")).json() == []
+
+
+async def test_ingress_rules_default_to_reject_and_worker_rules_to_delay(client: httpx.AsyncClient) -> None:
+    tenant = await client.post("/v1/rate-limits", json={"scope": "tenant", "limit": 100, "period_s": 1})
+    recipient = await client.post("/v1/rate-limits", json=cap(action=None))
+    assert tenant.json()["action"] == "reject"
+    assert recipient.json()["action"] == "delay"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"period_s": 0}, "period_s"),
+        ({"burst": -1}, "burst"),
+        ({"scope": "everyone"}, "scope"),
+        ({"mode": "turbo"}, "mode"),
+        ({"action": "reject"}, "body"),  # a worker rule cannot reject: the send was already accepted
+        ({"scope": "tenant", "action": "delay", "channel": None}, "body"),
+        ({"scope": "tenant", "channel": "push", "action": "reject"}, "body"),
+        ({"burst": 2}, "body"),  # a frequency cap has no burst
+        ({"scope": "provider", "provider": "pigeon"}, "body"),
+        ({"mode": "soft"}, "body"),  # soft without an overshoot is hard
+        ({"colour": "red"}, "colour"),
+    ],
+)
+async def test_invalid_rules_are_refused_naming_the_problem(
+    client: httpx.AsyncClient, overrides: dict[str, Any], field: str
+) -> None:
+    error = assert_error(await client.post("/v1/rate-limits", json=cap(**overrides)), 422, "validation_error")
+    assert error["details"][0]["field"] == field
+    assert (await client.get("/v1/rate-limits")).json() == []
+
+
+async def test_another_tenants_rules_are_invisible_and_untouchable(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine
+) -> None:
+    rule = (await client.post("/v1/rate-limits", json=cap())).json()
+    other = await make_tenant(engine)
+    async with api_client(api.url, other.key) as theirs:
+        assert (await theirs.get("/v1/rate-limits")).json() == []
+        assert_error(await theirs.get(f"/v1/rate-limits/{rule['id']}"), 404, "not_found")
+        assert_error(await theirs.put(f"/v1/rate-limits/{rule['id']}", json=cap()), 404, "not_found")
+        assert_error(await theirs.delete(f"/v1/rate-limits/{rule['id']}"), 404, "not_found")
+    assert (await client.get(f"/v1/rate-limits/{rule['id']}")).json()["limit"] == 3
+
+
+async def test_rules_and_tenant_settings_need_the_admin_scope(api: ApiServer, engine: AsyncEngine) -> None:
+    sender = await make_tenant(engine, scopes=("send", "read"))
+    async with api_client(api.url, sender.key) as c:
+        assert_error(await c.post("/v1/rate-limits", json=cap()), 403, "forbidden")
+        assert_error(await c.get("/v1/rate-limits"), 403, "forbidden")
+        assert_error(
+            await c.put("/v1/tenant/settings", json={"content_dedupe_window_s": 60}), 403, "forbidden"
+        )
+
+
+async def test_content_dedupe_window_is_set_read_and_turned_off(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/v1/tenant/settings")).json() == {"content_dedupe_window_s": None}
+    updated = await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": 300})
+    assert updated.status_code == 200 and updated.json() == {"content_dedupe_window_s": 300}
+    assert (await client.get("/v1/tenant/settings")).json() == {"content_dedupe_window_s": 300}
+    assert_error(
+        await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": 0}), 422, "validation_error"
+    )
+    off = await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": None})
+    assert off.json() == {"content_dedupe_window_s": None}

@@ -1,0 +1,245 @@
+"""Throttling in the worker: recipient frequency caps and provider pacing, as one `Gate`.
+
+For each notification, right before the provider call:
+
+1. **Provider pacing** (``provider`` rules): every call to a provider account costs its share of
+   the rule: one per device or address, an SMS its segment count (`sms_segments`). Priority
+   never bypasses pacing. The pace adapts: `AdaptivePacing` slows a provider after it answers
+   ``429`` and recovers gradually.
+2. **Recipient caps** (``recipient`` rules): one per notification on the key
+   ``tenant:user:channel[:category]``; ``priority: critical`` bypasses them. Checked only once
+   pacing admitted the call, so a notification held back by pacing never uses up its
+   recipient's cap.
+
+Over a limit, the rule's action decides: ``delay`` records ``delayed`` with ``not_before`` at the
+earliest time the limiter would admit it (later ones for the same key are spread one emission
+interval apart, so a backlog is republished a slot at a time, not all at once); ``drop`` records
+``throttled`` naming the rule. A notification refused by several rules is dropped if any of them
+drops. Each decision is counted in ``clarion_ratelimit_decisions_total{rule, decision}``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from clarion import metrics
+from clarion.rules import RulesCache, RuleSpec
+from providers.errors import ProviderError
+from providers.registry import REAL_PROVIDERS
+from providers.sandbox import SandboxProvider
+from providers.settings import ProvidersSettings
+from providers.smtp import SmtpProvider
+from schema.enums import Channel, Priority, Status
+from workers.outcome import Outcome
+from workers.ratelimit import MemoryRateLimiter, RateLimiter, RetryAfter, Rule, build_rate_limiter
+from workers.recipients import Address
+from workers.render import RenderedContent
+from workers.steps import Row
+
+# GSM 03.38: the basic set costs one septet, the extension table two (escape + char).
+_GSM7_BASIC = frozenset(
+    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
+    "¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
+)
+_GSM7_EXTENDED = frozenset("^{}\\[~]|€\f")
+
+
+def sms_segments(body: str) -> int:
+    """How many segments a carrier bills for ``body``: GSM-7 160 chars in one, 153 per part when
+    split; otherwise UCS-2, 70 UTF-16 units in one, 67 per part."""
+    if all(c in _GSM7_BASIC or c in _GSM7_EXTENDED for c in body):
+        units, single, multi = sum(2 if c in _GSM7_EXTENDED else 1 for c in body), 160, 153
+    else:
+        units, single, multi = len(body.encode("utf-16-le")) // 2, 70, 67
+    return 1 if units <= single else math.ceil(units / multi)
+
+
+def provider_names(settings: ProvidersSettings, channel: Channel) -> Callable[[str | None], str | None]:
+    """The provider account name a message to ``platform`` on ``channel`` goes through, as
+    `providers.registry.build_providers` routes it (None: no provider would take it). Mirrors
+    that routing table; keep the two in step."""
+
+    def name_for(platform: str | None) -> str | None:
+        for route in ((channel, platform), (channel, None)):
+            if route in REAL_PROVIDERS:
+                field_name, _ = REAL_PROVIDERS[route]
+                if getattr(settings, field_name).configured:
+                    return field_name
+        if channel is Channel.email and settings.smtp.configured:
+            return SmtpProvider.name
+        return SandboxProvider.name if settings.sandbox.enabled else None
+
+    return name_for
+
+
+_process_limiter: MemoryRateLimiter | None = None
+
+
+def shared_rate_limiter(redis_url: str | None) -> RateLimiter:
+    """The worker's limiter: on Redis (shared by every process) when ``redis_url`` is set, else
+    one in-process limiter shared by every worker of this process (``clarion dev``), so a
+    provider account serving several channels is paced as one."""
+    global _process_limiter
+    if redis_url is not None:
+        return build_rate_limiter(redis_url)
+    if _process_limiter is None:
+        _process_limiter = MemoryRateLimiter()
+    return _process_limiter
+
+
+class AdaptivePacing:
+    """A per-provider rate factor in ``[min_factor, 1]`` applied to its pacing rules.
+
+    A provider ``429`` halves the factor (at most once per ``cooldown_s``, so one burst of
+    rejections counts once); every ``quiet_interval_s`` without a 429 adds ``step`` back, up to 1.
+    Each process adapts to what its own calls see.
+    """
+
+    def __init__(
+        self,
+        *,
+        decrease: float = 0.5,
+        step: float = 0.1,
+        quiet_interval_s: float = 5.0,
+        cooldown_s: float = 1.0,
+        min_factor: float = 1 / 16,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.decrease = decrease
+        self.step = step
+        self.quiet_interval_s = quiet_interval_s
+        self.cooldown_s = cooldown_s
+        self.min_factor = min_factor
+        self._clock = clock
+        self._state: dict[str, tuple[float, float]] = {}  # provider -> (factor at last 429, its time)
+
+    def factor(self, provider: str) -> float:
+        """The current rate factor for ``provider`` (1.0: the rules' nominal pace)."""
+        state = self._state.get(provider)
+        if state is None:
+            return 1.0
+        base, at = state
+        recovered = base + self.step * math.floor((self._clock() - at) / self.quiet_interval_s)
+        if recovered >= 1.0:
+            del self._state[provider]
+            return 1.0
+        return recovered
+
+    def on_provider_error(self, error: ProviderError) -> None:
+        """Slow the provider down when it answered 429 (the pipeline's ``on_provider_error`` hook)."""
+        if error.http_status != 429:
+            return
+        now = self._clock()
+        state = self._state.get(error.provider)
+        if state is not None and now - state[1] < self.cooldown_s:
+            return
+        factor = max(self.min_factor, self.factor(error.provider) * self.decrease)
+        self._state[error.provider] = (factor, now)
+        metrics.PACING_FACTOR.labels(error.provider).set(factor)
+
+
+class ThrottleGate:
+    """Enforces recipient caps and provider pacing (see module docstring)."""
+
+    name = "throttle"
+
+    def __init__(
+        self,
+        *,
+        rules: RulesCache,
+        limiter: RateLimiter,
+        provider_name: Callable[[str | None], str | None],
+        pacing: AdaptivePacing | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.rules = rules
+        self.limiter = limiter
+        self.provider_name = provider_name
+        self.pacing = pacing or AdaptivePacing()
+        self._clock = clock
+        self._next_slot: dict[str, datetime] = {}  # key -> latest not_before handed out for it
+
+    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
+        """None to send now; else ``delayed`` (with ``not_before``) or ``throttled``."""
+        snapshot = await self.rules.current()
+        tenant, channel = row["tenant_id"], row["channel"]
+        costs: dict[str, int] = defaultdict(int)
+        for address in addresses:
+            name = self.provider_name(address.platform)
+            if name is not None:
+                costs[name] += sms_segments(content.body) if channel == Channel.sms.value else 1
+        pacing = [
+            (spec, f"provider:{spec.id}:{name}", spec.to_rule(rate_factor=self.pacing.factor(name)), cost)
+            for name, cost in costs.items()
+            for spec in snapshot.provider_rules(tenant, channel, name)
+        ]
+        stop = await self._check(row, pacing)
+        if stop is not None or row["priority"] == Priority.critical.value:
+            return stop
+        caps = [
+            (spec, _recipient_key(spec, row), spec.to_rule(), 1)
+            for spec in snapshot.recipient_rules(tenant, channel, row["category"])
+        ]
+        return await self._check(row, caps)
+
+    async def _check(self, row: Row, checks: list[tuple[RuleSpec, str, Rule, int]]) -> Outcome | None:
+        if not checks:
+            return None
+        decisions = await self.limiter.acquire_many(
+            [(key, rule, min(cost, rule.capacity)) for _, key, rule, cost in checks]
+        )
+        refused = [
+            (spec, key, rule, d)
+            for (spec, key, rule, _), d in zip(checks, decisions, strict=True)
+            if isinstance(d, RetryAfter)
+        ]
+        refused_ids = {id(r[0]) for r in refused}
+        for spec, _, _, _ in checks:
+            if id(spec) not in refused_ids:
+                metrics.RATELIMIT_DECISIONS.labels(spec.label, "allowed").inc()
+        if not refused:
+            return None
+        dropping = [r for r in refused if r[0].action == "drop"]
+        for spec, _, _, _ in refused:
+            decision = "dropped" if dropping else "delayed"
+            metrics.RATELIMIT_DECISIONS.labels(spec.label, decision).inc()
+        if dropping:
+            spec = dropping[0][0]
+            return Outcome(
+                row["id"],
+                Status.throttled.value,
+                error_code="rate_limited",
+                error_message=f"dropped by {spec.scope} rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)",
+                detail=f"rule {spec.label}",
+            )
+        not_before = max(self._slot(key, rule, d) for _, key, rule, d in refused)
+        spec = max(refused, key=lambda r: r[3].retry_after_ms)[0]
+        return Outcome(
+            row["id"],
+            Status.delayed.value,
+            error_code="rate_limited",
+            error_message=f"held by {spec.scope} rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)",
+            not_before=not_before,
+            detail=f"rule {spec.label}",
+        )
+
+    def _slot(self, key: str, rule: Rule, refusal: RetryAfter) -> datetime:
+        now = self._clock()
+        due = now + timedelta(milliseconds=refusal.retry_after_ms)
+        previous = self._next_slot.get(key)
+        if previous is not None and previous >= now:
+            due = max(due, previous + timedelta(seconds=rule.period_s / rule.limit))
+        if len(self._next_slot) > 10_000:
+            self._next_slot = {k: v for k, v in self._next_slot.items() if v >= now}
+        self._next_slot[key] = due
+        return due
+
+
+def _recipient_key(spec: RuleSpec, row: dict[str, Any]) -> str:
+    key = f"recipient:{spec.id}:{row['tenant_id']}:{row['user_id']}:{row['channel']}"
+    return key + f":{row['category']}" if spec.category else key
