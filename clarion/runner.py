@@ -83,20 +83,33 @@ def api_server(settings: Settings) -> EmbeddedServer:
     return EmbeddedServer(config)
 
 
-async def serve_api(settings: Settings, stop: Callable[[], Awaitable[None]]) -> None:
+async def serve_api(
+    settings: Settings, stop: Callable[[], Awaitable[None]], ready: asyncio.Event | None = None
+) -> None:
     server = api_server(settings)
     serving = asyncio.create_task(server.serve())
+    while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn offers only a flag
+        await asyncio.sleep(0.02)
+    if serving.done():
+        serving.result()  # startup failed (port taken, database down): raise it
+    if ready is not None:
+        ready.set()
     await stop()
     server.should_exit = True
     await serving
 
 
 async def run_workers(
-    settings: Settings, channels: list[Channel], stop: Callable[[], Awaitable[None]]
+    settings: Settings,
+    channels: list[Channel],
+    stop: Callable[[], Awaitable[None]],
+    ready: asyncio.Event | None = None,
 ) -> None:
     metrics.serve_metrics(settings.metrics_port)
     workers = [Worker(settings, ch) for ch in channels]
     await asyncio.gather(*(w.start() for w in workers))  # each consumer group join takes seconds
+    if ready is not None:
+        ready.set()
     try:
         await stop()
     finally:
@@ -157,11 +170,20 @@ async def dev(settings: Settings) -> None:
         async def stop() -> None:
             await stopped.wait()
 
+        api_ready, workers_ready = asyncio.Event(), asyncio.Event()
         tasks = [
-            asyncio.create_task(serve_api(settings, stop)),
-            asyncio.create_task(run_workers(settings, list(Channel), stop)),
+            asyncio.create_task(serve_api(settings, stop, api_ready)),
+            asyncio.create_task(run_workers(settings, list(Channel), stop, workers_ready)),
             asyncio.create_task(run_relay(settings, stop)),
         ]
+        # The banner promises a working system: wait for the API to listen and every worker to
+        # have joined its consumer group (or for a part to fail starting).
+        readiness = asyncio.gather(api_ready.wait(), workers_ready.wait())
+        await asyncio.wait([readiness, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                readiness.cancel()
+                task.result()
         url = settings.base_url
         print(
             f"\nClarion is running (broker {settings.kafka_bootstrap}).\n"

@@ -1,4 +1,8 @@
-"""SendGrid v3 Mail Send over aiohttp (the ``sendgrid`` package's client is synchronous)."""
+"""SendGrid v3 Mail Send: the body built by the ``sendgrid`` package's mail helpers, POSTed over aiohttp.
+
+The package's own client is synchronous (urllib, a new connection per call), so only its helpers
+are used; the transport is a pooled aiohttp session.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,24 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import aiohttp
+from sendgrid.helpers.mail import (
+    Category,
+    CustomArg,
+    Email,
+    From,
+    Header,
+    HtmlContent,
+    Mail,
+    MailSettings,
+    PlainTextContent,
+    SandBoxMode,
+    Subject,
+    To,
+)
+from sendgrid.helpers.mail.exceptions import ApiKeyIncludedException
 
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
@@ -20,6 +39,8 @@ from providers.errors import (
 )
 from providers.settings import SendGridSettings
 from schema.enums import Channel
+
+_E = TypeVar("_E", bound=Email)
 
 # An error on personalizations[i].to[j](.email) blames the recipient address, not our request.
 _RECIPIENT_FIELD = re.compile(r"^personalizations(\.\d+|\[\d+\])?\.to(\.|\[|$)")
@@ -35,6 +56,7 @@ class SendGridProvider:
         if settings.api_key is None or settings.from_email is None:
             raise ValueError("SendGrid api_key and from_email are required")
         self._settings = settings
+        self._from_email: str = settings.from_email
         self._url = f"{settings.base_url.rstrip('/')}/v3/mail/send"
         self._headers = {
             "Authorization": f"Bearer {settings.api_key.get_secret_value()}",
@@ -53,32 +75,37 @@ class SendGridProvider:
         return self._session
 
     def body(self, message: RenderedMessage) -> dict[str, Any]:
-        """The Mail Send JSON for one message (text/plain first, then text/html, as SendGrid requires)."""
+        """The Mail Send JSON for one message, built with the SDK's mail helpers (which put
+        text/plain first, then text/html, as SendGrid requires). The notification id and tenant
+        travel as ``custom_args``, so every Event Webhook event names its notification."""
         if not message.subject:
             raise PermanentProviderError(
                 "an email needs a subject", provider=self.name, code="missing_subject"
             )
-        sender = {"email": self._settings.from_email}
-        if self._settings.from_name:
-            sender["name"] = self._settings.from_name
-        content = [{"type": "text/plain", "value": message.body}]
-        if message.html:
-            content.append({"type": "text/html", "value": message.html})
-        body: dict[str, Any] = {
-            "personalizations": [{"to": [{"email": message.to}]}],
-            "from": sender,
-            "subject": message.subject,
-            "content": content,
-            "categories": [message.category],
-            "custom_args": {"notification_id": str(message.notification_id), "tenant_id": message.tenant_id},
-        }
+        try:
+            mail = Mail(
+                from_email=_address(From, self._from_email, self._settings.from_name),
+                to_emails=_address(To, message.to),
+                subject=Subject(message.subject),
+                plain_text_content=PlainTextContent(message.body),
+                html_content=HtmlContent(message.html) if message.html else None,
+            )
+        except ApiKeyIncludedException as exc:
+            # The SDK refuses content that starts like a SendGrid API key: never mail a secret.
+            raise PermanentProviderError(
+                "the email content looks like a SendGrid API key",
+                provider=self.name,
+                code="api_key_in_content",
+            ) from exc
+        mail.category = Category(message.category)
+        mail.custom_arg = CustomArg("notification_id", str(message.notification_id))
+        mail.custom_arg = CustomArg("tenant_id", message.tenant_id)
         if message.unsubscribe_url:
-            body["headers"] = {
-                "List-Unsubscribe": f"<{message.unsubscribe_url}>",
-                "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-            }
+            mail.header = Header("List-Unsubscribe", f"<{message.unsubscribe_url}>")
+            mail.header = Header("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
         if self._settings.sandbox_mode:
-            body["mail_settings"] = {"sandbox_mode": {"enable": True}}
+            mail.mail_settings = MailSettings(sandbox_mode=SandBoxMode(True))
+        body: dict[str, Any] = mail.get()
         return body
 
     async def send(self, message: RenderedMessage) -> SendResult:
@@ -119,6 +146,13 @@ class SendGridProvider:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+def _address(kind: type[_E], address: str, name: str | None = None) -> _E:
+    """A ``From``/``To`` holding ``address`` verbatim (the SDK would re-parse a bare address)."""
+    email = kind(name=name)
+    email.email = address
+    return email
 
 
 def _retry_after_s(headers: Mapping[str, str]) -> float | None:

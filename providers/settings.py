@@ -13,6 +13,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
+# Where the API receives Twilio's delivery status callbacks (api.routes.webhooks).
+TWILIO_STATUS_CALLBACK_PATH = "/v1/webhooks/twilio/status"
+
 
 class SandboxSettings(BaseModel):
     enabled: bool = Field(
@@ -158,7 +161,20 @@ class TwilioSettings(_AccountSettings):
     status_callback_url: str | None = Field(
         default=None, description="URL Twilio POSTs delivery status changes to (`StatusCallback`)."
     )
+    status_callbacks: bool = Field(
+        default=False,
+        description="Ask Twilio for delivery status callbacks at {public_url}/v1/webhooks/twilio/status "
+        "(when status_callback_url is unset); they are verified with auth_token.",
+    )
     base_url: str = Field(default="https://api.twilio.com", description="Twilio REST API origin.")
+
+    def with_status_callback(self, public_url: str) -> TwilioSettings:
+        """These settings, with ``status_callback_url`` pointing at Clarion's own status webhook
+        under ``public_url`` when ``status_callbacks`` is on and no explicit URL is set."""
+        if not self.status_callbacks or self.status_callback_url is not None:
+            return self
+        url = public_url.rstrip("/") + TWILIO_STATUS_CALLBACK_PATH
+        return self.model_copy(update={"status_callback_url": url})
 
     def _missing(self) -> list[str]:
         missing = []
@@ -185,9 +201,33 @@ class SendGridSettings(_AccountSettings):
         default=False,
         description="Ask SendGrid to validate only, never deliver (mail_settings.sandbox_mode).",
     )
+    webhook_public_key: str | None = Field(
+        default=None,
+        description="Event Webhook verification key (base64 DER, from Mail Settings); unset: "
+        "POST /v1/webhooks/sendgrid/events answers 404.",
+    )
 
     def _missing(self) -> list[str]:
         return [name for name in ("api_key", "from_email") if getattr(self, name) is None]
+
+
+class SmtpSettings(_AccountSettings):
+    """A secondary email route over SMTP, used when SendGrid is failing (see ``providers.smtp``)."""
+
+    _credential_fields = ("host", "from_email")
+
+    host: str | None = Field(default=None, description="SMTP server host name.")
+    port: int = Field(default=587, ge=1, le=65535, description="SMTP server port (587 submission).")
+    username: str | None = Field(default=None, description="SMTP AUTH user name; unset: no AUTH.")
+    password: SecretStr | None = Field(default=None, description="SMTP AUTH password.")
+    from_email: str | None = Field(default=None, description="Envelope and header sender address.")
+    from_name: str | None = Field(default=None, description="Display name of the sender.")
+    starttls: bool = Field(
+        default=True, description="Upgrade the connection with STARTTLS (off only for a local relay)."
+    )
+
+    def _missing(self) -> list[str]:
+        return [name for name in ("host", "from_email") if getattr(self, name) is None]
 
 
 class ProvidersSettings(BaseModel):
@@ -198,3 +238,6 @@ class ProvidersSettings(BaseModel):
         default_factory=TwilioSettings, description="Twilio Programmable Messaging."
     )
     sendgrid: SendGridSettings = Field(default_factory=SendGridSettings, description="SendGrid Mail Send.")
+    smtp: SmtpSettings = Field(
+        default_factory=SmtpSettings, description="SMTP relay: the email failover route (aiosmtplib)."
+    )

@@ -2,7 +2,11 @@
 
 Not the ``twilio`` SDK: its ``TwilioRestException`` drops the response headers, so a 429's
 ``Retry-After`` would be lost, and its async client is one more pool to build inside the loop. The
-endpoint is one form POST with Basic auth.
+endpoint is one form POST with Basic auth. The SDK's ``RequestValidator`` is what it does well: it
+verifies the status callbacks this module asks for (``api.webhooks``).
+
+``StatusCallback`` is ``status_callback_url``: set explicitly, or derived from Clarion's public URL
+when ``status_callbacks`` is on (``TwilioSettings.with_status_callback``, applied by ``Settings``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class TwilioProvider:
     def __init__(self, settings: TwilioSettings) -> None:
         if not settings.configured:
             raise ValueError("Twilio credentials are incomplete")
+        if settings.status_callbacks and not settings.status_callback_url:
+            # Settings derives the URL from public_url; a bare TwilioSettings has no public URL.
+            raise ValueError("Twilio status_callbacks is on but no status_callback_url was resolved")
         self._settings = settings
         assert settings.account_sid is not None
         self._url = (

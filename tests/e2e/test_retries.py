@@ -196,7 +196,7 @@ async def test_provider_down_longer_than_in_process_attempts_is_sent_after_recov
     # A slower schedule for the first worker, so it is stopped while the notification waits.
     pipeline = sms_lane.worker.pipeline
     assert pipeline is not None
-    pipeline.policy = replace(pipeline.policy, retry_base_s=8.0)
+    pipeline.policy = replace(pipeline.policy, retry_base_s=3.0)  # next try 6-12 s after the 3rd call
     sms_lane.fake.force_server_error(1000, status=503)
     nid = await send(lane_client)
 
@@ -207,7 +207,7 @@ async def test_provider_down_longer_than_in_process_attempts_is_sent_after_recov
     sms_lane.fake.reset()  # the provider recovers while no worker runs
     await sms_lane.restart_worker()
 
-    body = await wait_status(lane_client, nid, "sent", 40)
+    body = await wait_status(lane_client, nid, "sent", 75)  # includes the restarted group join
 
     assert [a["outcome"] for a in body["delivery_attempts"]] == ["transient"] * 3 + ["sent"]
     assert [a["attempt"] for a in body["delivery_attempts"]] == [1, 2, 3, 4], "the schedule resumed"

@@ -1,18 +1,28 @@
 """A local SendGrid v3 Mail Send: ``POST /v3/mail/send`` with Bearer auth and field validation.
 
 Answers 202 + ``X-Message-Id`` (200 in sandbox mode), errors in SendGrid's ``{"errors": [...]}``
-shape, and ``X-RateLimit-*`` headers on every response.
+shape, and ``X-RateLimit-*`` headers on every response. With ``webhook_url`` set, each accepted
+(non-sandbox) send is followed by a signed Event Webhook batch (``processed``, then ``delivered``
+or ``bounce`` per ``bounce_email``) carrying the custom args at top level (PROVIDERS.md 4.4, 4.5):
+ECDSA P-256 over timestamp + raw body, with a key generated per fake (``public_key`` is its
+base64 DER, what SendGrid shows as the verification key).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.fakes.base import AiohttpFake, json_response, run_cli
 
@@ -21,6 +31,16 @@ _RESERVED_HEADERS = {
     "x-sg-id", "x-sg-eid", "received", "dkim-signature", "content-type", "content-transfer-encoding",
     "to", "from", "subject", "reply-to", "cc", "bcc",
 }  # fmt: skip
+SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
+TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
+
+
+@dataclass
+class EventPost:
+    """One signed Event Webhook POST the fake made, and how the receiver answered."""
+
+    events: list[dict[str, Any]]
+    status: int = 0
 
 
 class FakeSendGrid(AiohttpFake):
@@ -31,9 +51,99 @@ class FakeSendGrid(AiohttpFake):
         self.api_key = api_key or f"SG.{secrets.token_urlsafe(16)}.{secrets.token_urlsafe(24)}"
         self.rate_limit = rate_limit
         self.email_errors: dict[str, tuple[int, str, str | None]] = {}
+        self.webhook_url: str | None = None
+        self.webhook_delay_s = 0.3
+        self.bounces: dict[str, str] = {}
+        self.event_posts: list[EventPost] = []
+        self._signing_key = ec.generate_private_key(ec.SECP256R1())
+        self.public_key = base64.b64encode(
+            self._signing_key.public_key().public_bytes(
+                serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        ).decode()
+        self._webhook_tasks: set[asyncio.Task[None]] = set()
+        self._client: aiohttp.ClientSession | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"url": self.url, "api_key": self.api_key}
+        return {"url": self.url, "api_key": self.api_key, "webhook_public_key": self.public_key}
+
+    def bounce_email(
+        self, address: str, *, reason: str = "550 5.1.1 The email account does not exist."
+    ) -> None:
+        """Sends to ``address`` are accepted, then reported as a permanent ``bounce`` event."""
+        self.bounces[address] = reason
+
+    def sign(self, payload: bytes, timestamp: str) -> str:
+        """The Event Webhook signature of ``payload`` sent at ``timestamp`` (PROVIDERS.md 4.5)."""
+        der = self._signing_key.sign(timestamp.encode() + payload, ec.ECDSA(hashes.SHA256()))
+        return base64.b64encode(der).decode()
+
+    def signed_headers(self, payload: bytes, timestamp: int | None = None) -> dict[str, str]:
+        stamp = str(int(time.time()) if timestamp is None else timestamp)
+        return {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: self.sign(payload, stamp),
+            TIMESTAMP_HEADER: stamp,
+        }
+
+    async def stop(self) -> None:
+        for task in list(self._webhook_tasks):
+            task.cancel()
+        await asyncio.gather(*self._webhook_tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        await super().stop()
+
+    def _schedule_events(self, body: dict[str, Any], message_id: str) -> None:
+        if not self.webhook_url:
+            return
+        now = int(time.time())
+        events: list[dict[str, Any]] = []
+        for n, person in enumerate(body["personalizations"]):
+            for to in person["to"]:
+                address = to["email"]
+                common = {
+                    "email": address,
+                    "timestamp": now,
+                    "smtp-id": f"<{message_id}@ismtpd-fake>",
+                    "sg_message_id": f"{message_id}.filter0001.{n}.0",
+                    "category": body.get("categories", []),
+                    **body.get("custom_args", {}),
+                    **person.get("custom_args", {}),
+                }
+                events.append({**common, "event": "processed", "sg_event_id": secrets.token_urlsafe(16)})
+                if address in self.bounces:
+                    final = {
+                        "event": "bounce",
+                        "type": "bounce",
+                        "status": "5.1.1",
+                        "reason": self.bounces[address],
+                    }
+                else:
+                    final = {"event": "delivered", "response": "250 OK"}
+                events.append({**common, **final, "sg_event_id": secrets.token_urlsafe(16)})
+        task = asyncio.create_task(self.post_events(events, delay_s=self.webhook_delay_s))
+        self._webhook_tasks.add(task)
+        task.add_done_callback(self._webhook_tasks.discard)
+
+    async def post_events(self, events: list[dict[str, Any]], *, delay_s: float = 0.0) -> EventPost:
+        """POST one signed batch of ``events`` to ``webhook_url`` (as SendGrid does)."""
+        assert self.webhook_url, "set webhook_url first"
+        await asyncio.sleep(delay_s)
+        if self._client is None:
+            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        payload = json.dumps(events).encode()
+        post = EventPost(events)
+        self.event_posts.append(post)
+        try:
+            async with self._client.post(
+                self.webhook_url, data=payload, headers=self.signed_headers(payload)
+            ) as response:
+                post.status = response.status
+        except (aiohttp.ClientError, TimeoutError):
+            post.status = -1
+        return post
 
     def fail_email(
         self,
@@ -87,7 +197,10 @@ class FakeSendGrid(AiohttpFake):
                     status, message, field = self.email_errors[to["email"]]
                     return self._error(status, message, field)
         sandbox = recorded.body.get("mail_settings", {}).get("sandbox_mode", {}).get("enable") is True
-        headers = {**self._rate_headers(), "X-Message-Id": secrets.token_urlsafe(16)[:22]}
+        message_id = secrets.token_urlsafe(16)[:22]
+        if not sandbox:  # sandbox mode generates no events
+            self._schedule_events(recorded.body, message_id)
+        headers = {**self._rate_headers(), "X-Message-Id": message_id}
         return web.Response(status=200 if sandbox else 202, headers=headers)
 
 

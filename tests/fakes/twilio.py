@@ -1,7 +1,10 @@
 """A local Twilio Messages API: ``POST /2010-04-01/Accounts/{sid}/Messages.json`` (form body, Basic auth).
 
 Answers 201 with the full Message resource (``SM`` + 32 hex sid, string ``num_segments``, RFC 2822
-dates) or Twilio's ``{"code", "message", "more_info", "status"}`` error JSON.
+dates) or Twilio's ``{"code", "message", "more_info", "status"}`` error JSON. After a create that
+carries ``StatusCallback``, POSTs the status callbacks Twilio would (``sent``, then ``delivered``, or
+``undelivered``/``failed`` with ``ErrorCode`` per ``fail_number_async``), form-encoded and signed with
+``X-Twilio-Signature`` (PROVIDERS.md 3.4, 3.5) using the fake's auth token.
 """
 
 from __future__ import annotations
@@ -11,12 +14,26 @@ import base64
 import math
 import re
 import secrets
+from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+from twilio.request_validator import RequestValidator
 
 from tests.fakes.base import AiohttpFake, json_response, run_cli
+
+
+@dataclass
+class Callback:
+    """One status callback the fake POSTed, and how the receiver answered."""
+
+    url: str
+    params: dict[str, str]
+    signature: str
+    status: int = 0
+
 
 _E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 _GSM7 = set(
@@ -61,6 +78,71 @@ class FakeTwilio(AiohttpFake):
         self.api_key_sid = "SK" + secrets.token_hex(16)
         self.api_key_secret = secrets.token_urlsafe(24)
         self.number_errors: dict[str, int] = {}
+        self.async_errors: dict[str, tuple[int, str]] = {}
+        self.callback_delay_s = 0.3
+        self.callbacks_reversed = False
+        self.callbacks: list[Callback] = []
+        self._callback_tasks: set[asyncio.Task[None]] = set()
+        self._client: aiohttp.ClientSession | None = None
+
+    def fail_number_async(self, number: str, code: int, *, status: str = "undelivered") -> None:
+        """Creates to ``number`` succeed, then its final status callback is ``status`` (``undelivered``
+        or ``failed``) with ``ErrorCode`` = ``code`` (e.g. 30003 unreachable, 21610 STOP)."""
+        self.async_errors[number] = (code, status)
+
+    def sign(self, url: str, params: dict[str, str]) -> str:
+        """``X-Twilio-Signature`` for a form POST of ``params`` to ``url`` (PROVIDERS.md 3.5)."""
+        return str(RequestValidator(self.auth_token).compute_signature(url, params))
+
+    async def stop(self) -> None:
+        for task in list(self._callback_tasks):
+            task.cancel()
+        await asyncio.gather(*self._callback_tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        await super().stop()
+
+    def _schedule_callbacks(self, form: dict[str, str], resource: dict[str, Any]) -> None:
+        url = form.get("StatusCallback")
+        if not url:
+            return
+        common = {
+            "AccountSid": self.account_sid,
+            "ApiVersion": "2010-04-01",
+            "MessageSid": resource["sid"],
+            "SmsSid": resource["sid"],
+            "From": form.get("From", "+15005550006"),
+            "To": form["To"],
+        }
+        if form.get("MessagingServiceSid"):
+            common["MessagingServiceSid"] = form["MessagingServiceSid"]
+        final: dict[str, str] = {"MessageStatus": "delivered"}
+        if form["To"] in self.async_errors:
+            code, status = self.async_errors[form["To"]]
+            final = {"MessageStatus": status, "ErrorCode": str(code)}
+        steps = [{"MessageStatus": "sent"}, final]
+        if self.callbacks_reversed:
+            steps.reverse()
+        task = asyncio.create_task(self._post_callbacks(url, [{**common, **step} for step in steps]))
+        self._callback_tasks.add(task)
+        task.add_done_callback(self._callback_tasks.discard)
+
+    async def _post_callbacks(self, url: str, batches: list[dict[str, str]]) -> None:
+        if self._client is None:
+            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        for params in batches:
+            await asyncio.sleep(self.callback_delay_s)
+            params["SmsStatus"] = params["MessageStatus"]
+            callback = Callback(url, params, self.sign(url, params))
+            self.callbacks.append(callback)
+            try:
+                async with self._client.post(
+                    url, data=params, headers={"X-Twilio-Signature": callback.signature}
+                ) as response:
+                    callback.status = response.status
+            except (aiohttp.ClientError, TimeoutError):
+                callback.status = -1
 
     def info(self) -> dict[str, Any]:
         return {"url": self.url, "account_sid": self.account_sid, "auth_token": self.auth_token}
@@ -111,7 +193,9 @@ class FakeTwilio(AiohttpFake):
             code = self.number_errors.get(form["To"])
         if code is not None:
             return self._error(400, code)
-        return json_response(201, self._resource(form))
+        resource = self._resource(form)
+        self._schedule_callbacks(form, resource)
+        return json_response(201, resource)
 
     def _resource(self, form: dict[str, str]) -> dict[str, Any]:
         sid = "SM" + secrets.token_hex(16)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
+from sendgrid.helpers.eventwebhook import EventWebhook
 
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.enums import Channel
 from tests.fakes import make_message
+from tests.fakes.base import AiohttpFake
 from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.services import wait_until
 
 
 @pytest.fixture
@@ -201,3 +206,81 @@ async def test_sends_reuse_one_pooled_connection(fake: FakeSendGrid, provider: S
 
     assert len(fake.requests) == 5
     assert fake.connections_opened == 1
+
+
+async def test_content_that_starts_like_an_api_key_is_refused_before_sending(
+    fake: FakeSendGrid, provider: SendGridProvider
+) -> None:
+    with pytest.raises(PermanentProviderError) as caught:
+        await provider.send(make_message(Channel.email, body="SG.abcdef.ghijkl is your key"))
+
+    assert caught.value.code == "api_key_in_content"
+    assert fake.requests == []
+
+
+# --- Event Webhook from the fake ---------------------------------------------------------------------
+
+
+class Receiver(AiohttpFake):
+    """Stands in for Clarion's webhook endpoint: records what the fake POSTs to it."""
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/{tail:.*}", self._hook)]
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        await self.capture(request)
+        return web.Response(status=200)
+
+
+@pytest.fixture
+async def receiver(fake: FakeSendGrid) -> AsyncIterator[Receiver]:
+    async with Receiver() as server:
+        fake.webhook_url = f"{server.url}/v1/webhooks/sendgrid/events"
+        fake.webhook_delay_s = 0.01
+        yield server
+
+
+async def test_fake_posts_a_signed_event_batch_naming_the_notification(
+    fake: FakeSendGrid, provider: SendGridProvider, receiver: Receiver
+) -> None:
+    message = make_message(Channel.email)
+
+    result = await provider.send(message)
+    await wait_until(lambda: receiver.requests, timeout_s=5)
+
+    [post] = receiver.requests
+    verifier = EventWebhook()
+    key = verifier.convert_public_key_to_ecdsa(fake.public_key)
+    signature = post.headers["x-twilio-email-event-webhook-signature"]
+    timestamp = post.headers["x-twilio-email-event-webhook-timestamp"]
+    assert verifier.verify_signature(post.raw.decode(), signature, timestamp, key)
+    assert not verifier.verify_signature(post.raw.decode() + " ", signature, timestamp, key)
+    assert [e["event"] for e in post.body] == ["processed", "delivered"]
+    for event in post.body:
+        assert event["notification_id"] == str(message.notification_id)
+        assert event["email"] == "ada@example.com"
+        assert event["sg_message_id"].startswith(result.provider_message_id)
+    assert len({e["sg_event_id"] for e in post.body}) == 2
+
+
+async def test_fake_reports_a_bounce_for_a_bouncing_address(
+    fake: FakeSendGrid, provider: SendGridProvider, receiver: Receiver
+) -> None:
+    fake.bounce_email("gone@example.com")
+
+    await provider.send(make_message(Channel.email, to="gone@example.com"))
+    await wait_until(lambda: receiver.requests, timeout_s=5)
+
+    final = receiver.requests[0].body[-1]
+    assert (final["event"], final["type"]) == ("bounce", "bounce") and final["reason"].startswith("550")
+
+
+async def test_fake_sends_no_events_in_sandbox_mode(fake: FakeSendGrid, receiver: Receiver) -> None:
+    provider = SendGridProvider(settings_for(fake, sandbox_mode=True))
+    try:
+        await provider.send(make_message(Channel.email))
+    finally:
+        await provider.aclose()
+    await asyncio.sleep(0.1)
+
+    assert receiver.requests == []

@@ -8,13 +8,18 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from aiohttp import web
+from twilio.request_validator import RequestValidator
 
+from clarion.settings import Settings
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
 from tests.fakes import make_message
+from tests.fakes.base import AiohttpFake
 from tests.fakes.twilio import FakeTwilio, num_segments
+from tests.fixtures.services import wait_until
 
 
 @pytest.fixture
@@ -185,3 +190,77 @@ async def test_aclose_then_send_opens_a_new_pool(fake: FakeTwilio, provider: Twi
     await provider.send(make_message(Channel.sms))
 
     assert fake.connections_opened == 2
+
+
+# --- status callbacks --------------------------------------------------------------------------------
+
+
+class Receiver(AiohttpFake):
+    """Stands in for Clarion's webhook endpoint: records what the fake POSTs to it."""
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/{tail:.*}", self._hook)]
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        await self.capture(request)
+        return web.Response(status=204)
+
+
+def test_status_callbacks_setting_points_twilio_at_clarions_webhook() -> None:
+    account = {"account_sid": "AC" + "1" * 32, "auth_token": "t", "from_number": "+14155550199"}
+    on = Settings(
+        public_url="https://clarion.example/", providers={"twilio": {**account, "status_callbacks": True}}
+    )
+    explicit = Settings(
+        public_url="https://clarion.example",
+        providers={
+            "twilio": {**account, "status_callbacks": True, "status_callback_url": "https://x.test/cb"}
+        },
+    )
+    off = Settings(public_url="https://clarion.example", providers={"twilio": account})
+
+    assert on.providers.twilio.status_callback_url == "https://clarion.example/v1/webhooks/twilio/status"
+    assert explicit.providers.twilio.status_callback_url == "https://x.test/cb"
+    assert off.providers.twilio.status_callback_url is None
+
+
+async def test_fake_posts_signed_sent_then_delivered_callbacks(fake: FakeTwilio) -> None:
+    fake.callback_delay_s = 0.01
+    async with Receiver() as receiver:
+        url = f"{receiver.url}/v1/webhooks/twilio/status"
+        provider = TwilioProvider(settings_for(fake, status_callback_url=url))
+        try:
+            result = await provider.send(make_message(Channel.sms))
+            await wait_until(lambda: len(receiver.requests) == 2, timeout_s=5)
+        finally:
+            await provider.aclose()
+
+    assert [r.body["MessageStatus"] for r in receiver.requests] == ["sent", "delivered"]
+    validator = RequestValidator(fake.auth_token)
+    for request in receiver.requests:
+        assert request.body["MessageSid"] == result.provider_message_id
+        assert request.body["To"] == "+14155550100" and "ErrorCode" not in request.body
+        assert validator.validate(url, request.body, request.headers["x-twilio-signature"])
+        assert not RequestValidator("other").validate(
+            url, request.body, request.headers["x-twilio-signature"]
+        )
+
+
+async def test_fake_reports_an_async_error_code_in_the_final_callback(fake: FakeTwilio) -> None:
+    fake.callback_delay_s = 0.01
+    fake.fail_number_async("+14155550123", 30005, status="failed")
+    async with Receiver() as receiver:
+        provider = TwilioProvider(settings_for(fake, status_callback_url=f"{receiver.url}/cb"))
+        try:
+            await provider.send(make_message(Channel.sms, to="+14155550123"))
+            await wait_until(lambda: len(receiver.requests) == 2, timeout_s=5)
+        finally:
+            await provider.aclose()
+
+    final = receiver.requests[-1].body
+    assert (final["MessageStatus"], final["ErrorCode"]) == ("failed", "30005")
+
+
+def test_status_callbacks_without_a_resolved_url_is_a_configuration_error(fake: FakeTwilio) -> None:
+    with pytest.raises(ValueError, match="status_callback_url"):
+        TwilioProvider(settings_for(fake, status_callbacks=True))

@@ -1,0 +1,60 @@
+"""Provider webhooks: ``POST /v1/webhooks/twilio/status`` and ``POST /v1/webhooks/sendgrid/events``.
+
+No API key: each request is authenticated by the provider's signature (see ``api.webhooks``).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Request
+
+from api.webhooks import (
+    SENDGRID_SIGNATURE_HEADER,
+    SENDGRID_TIMESTAMP_HEADER,
+    TWILIO_SIGNATURE_HEADER,
+    WebhookResult,
+    record_sendgrid_events,
+    record_twilio_status,
+)
+from clarion.settings import Settings
+from providers.settings import TWILIO_STATUS_CALLBACK_PATH
+
+router = APIRouter(tags=["webhooks"])
+
+SENDGRID_EVENTS_PATH = "/v1/webhooks/sendgrid/events"
+# SendGrid batches many events per POST (its maximum batch size is not documented); a batch refused
+# for size would be retried and refused again, so this path gets a larger body limit than sends.
+SENDGRID_EVENTS_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+@router.post(TWILIO_STATUS_CALLBACK_PATH, response_model=WebhookResult)
+async def twilio_status(request: Request) -> WebhookResult:
+    """A Twilio message status callback (form-encoded, signed with ``X-Twilio-Signature``)."""
+    settings: Settings = request.app.state.settings
+    token = settings.providers.twilio.auth_token
+    # Twilio signs the URL it called: our public base URL, this path and the query string.
+    url = settings.base_url.rstrip("/") + request.url.path
+    if request.url.query:
+        url += "?" + request.url.query
+    raw = await request.body()
+    return await record_twilio_status(
+        pool=request.app.state.pool,
+        auth_token=token.get_secret_value() if token is not None else None,
+        url=url,
+        params=parse_qsl(raw.decode("utf-8", errors="replace"), keep_blank_values=True),
+        signature=request.headers.get(TWILIO_SIGNATURE_HEADER),
+    )
+
+
+@router.post(SENDGRID_EVENTS_PATH, response_model=WebhookResult)
+async def sendgrid_events(request: Request) -> WebhookResult:
+    """A batch of SendGrid Event Webhook events (JSON array, ECDSA-signed over the raw body)."""
+    settings: Settings = request.app.state.settings
+    return await record_sendgrid_events(
+        pool=request.app.state.pool,
+        public_key=settings.providers.sendgrid.webhook_public_key,
+        payload=await request.body(),
+        signature=request.headers.get(SENDGRID_SIGNATURE_HEADER),
+        timestamp=request.headers.get(SENDGRID_TIMESTAMP_HEADER),
+    )

@@ -1,0 +1,448 @@
+"""Provider webhooks over the API: signatures (with PROVIDERS.md's test vectors), forged or stale
+requests refused with nothing changed, duplicate and out-of-order reports, opt-outs."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.datastructures import FormData
+from twilio.request_validator import RequestValidator
+
+from api.webhooks import sendgrid_signature_valid, twilio_signature_valid
+from clarion.settings import Settings
+from providers.settings import ProvidersSettings
+from tests.api.test_send_validation import assert_error
+from tests.conftest import TenantInfo
+from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.services import ApiServer, api_client
+
+TWILIO_PATH = "/v1/webhooks/twilio/status"
+SENDGRID_PATH = "/v1/webhooks/sendgrid/events"
+
+# PROVIDERS.md 3.5 and 4.5.
+TWILIO_VECTOR = {
+    "token": "12345",
+    "url": "https://mycompany.com/myapp.php?foo=1&bar=2",
+    "params": {
+        "CallSid": "CA1234567890ABCDE",
+        "Caller": "+12349013030",
+        "Digits": "1234",
+        "From": "+12349013030",
+        "To": "+18005551212",
+    },
+    "signature": "0/KCTR6DLpKmkAf8muzZqo1nDgQ=",
+}
+SENDGRID_VECTOR = {
+    "public_key": "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==",
+    "timestamp": "1588788367",
+    "payload": b'{"category":"example_payload","event":"test_event","message_id":"message_id"}',
+    "signature": "MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH2j/0=",
+}
+
+
+class Hooks:
+    """An API whose Twilio auth token and SendGrid verification key are known to the test."""
+
+    def __init__(self, server: ApiServer, auth_token: str, sendgrid: FakeSendGrid) -> None:
+        self.server = server
+        self.auth_token = auth_token
+        self.sendgrid = sendgrid
+
+    @property
+    def twilio_url(self) -> str:
+        return self.server.url + TWILIO_PATH
+
+    async def twilio(
+        self, params: dict[str, str], *, signature: str | None = None, query: str = ""
+    ) -> httpx.Response:
+        url = self.twilio_url + (f"?{query}" if query else "")
+        if signature is None:
+            signature = RequestValidator(self.auth_token).compute_signature(url, params)
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await client.post(url, data=params, headers={"X-Twilio-Signature": signature})
+
+    async def events(
+        self, events: list[dict[str, Any]], *, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
+        payload = json.dumps(events).encode()
+        async with httpx.AsyncClient(timeout=10) as client:
+            return await client.post(
+                self.server.url + SENDGRID_PATH,
+                content=payload,
+                headers=headers if headers is not None else self.sendgrid.signed_headers(payload),
+            )
+
+
+@pytest.fixture(scope="module")
+async def hooks(settings: Settings) -> AsyncIterator[Hooks]:
+    auth_token = secrets.token_hex(16)
+    sendgrid = FakeSendGrid()  # only its signing key is used
+    providers = ProvidersSettings.model_validate(
+        {
+            "twilio": {
+                "account_sid": "AC" + secrets.token_hex(16),
+                "auth_token": auth_token,
+                "from_number": "+14155550199",
+            },
+            "sendgrid": {"webhook_public_key": sendgrid.public_key},
+        }
+    )
+    server = ApiServer(settings.model_copy(update={"providers": providers}))
+    await server.start()
+    yield Hooks(server, auth_token, sendgrid)
+    await server.stop()
+
+
+async def sent_notification(
+    engine: AsyncEngine,
+    tenant: TenantInfo,
+    *,
+    channel: str,
+    provider_message_id: str | None = None,
+    category: str = "orders",
+) -> tuple[str, str]:
+    """A user and a notification already ``sent`` through a provider; returns (notification id,
+    the user's external id)."""
+    external_id = f"u-{secrets.token_hex(4)}"
+    phone = "+1415555" + str(secrets.randbelow(9000) + 1000)
+    async with engine.begin() as conn:
+        user_id = (
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO users (id, tenant_id, external_id, email, phone)"
+                    " VALUES (gen_random_uuid(), :t, :e, :email, :phone) RETURNING id"
+                ),
+                {"t": tenant.id, "e": external_id, "email": f"{external_id}@example.com", "phone": phone},
+            )
+        ).scalar_one()
+        history = [
+            {"status": "accepted", "at": "2026-01-01T00:00:00+00:00", "detail": None},
+            {"status": "sent", "at": "2026-01-01T00:00:01+00:00", "detail": None},
+        ]
+        nid = (
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel,"
+                    " category, priority, data, status, attempts, provider, provider_message_id, history)"
+                    " VALUES (gen_random_uuid(), :t, :ev, 'x', :u, :ch, :cat, 'normal', '{}'::jsonb, 'sent',"
+                    " 1, :p, :pmid, CAST(:h AS jsonb)) RETURNING id"
+                ),
+                {
+                    "t": tenant.id,
+                    "ev": f"evt-{secrets.token_hex(6)}",
+                    "u": user_id,
+                    "ch": channel,
+                    "cat": category,
+                    "p": "twilio" if channel == "sms" else "sendgrid",
+                    "pmid": provider_message_id,
+                    "h": json.dumps(history),
+                },
+            )
+        ).scalar_one()
+    return str(nid), external_id
+
+
+async def view(client: httpx.AsyncClient, nid: str) -> dict[str, Any]:
+    response = await client.get(f"/v1/notifications/{nid}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def opt_outs(client: httpx.AsyncClient, external_id: str) -> list[tuple[str, str]]:
+    response = await client.get(f"/v1/users/{external_id}/preferences")
+    assert response.status_code == 200, response.text
+    return sorted((p["channel"], p["category"]) for p in response.json()["preferences"] if not p["opted_in"])
+
+
+def callback(sid: str, status: str, **extra: str) -> dict[str, str]:
+    return {
+        "AccountSid": "AC" + "0" * 32,
+        "ApiVersion": "2010-04-01",
+        "MessageSid": sid,
+        "SmsSid": sid,
+        "MessageStatus": status,
+        "SmsStatus": status,
+        "From": "+14155550199",
+        **extra,
+    }
+
+
+def provider_transitions(body: dict[str, Any]) -> list[str]:
+    return [h["status"] for h in body["history"] if (h["detail"] or "").startswith(("twilio", "sendgrid"))]
+
+
+# --- signature checks ------------------------------------------------------------------------------
+
+
+def test_twilio_signature_matches_the_documented_test_vector() -> None:
+    v = TWILIO_VECTOR
+    assert RequestValidator(v["token"]).compute_signature(v["url"], v["params"]) == v["signature"]
+    params = FormData(list(v["params"].items()))  # type: ignore[union-attr]
+    assert twilio_signature_valid(
+        auth_token=v["token"], url=v["url"], params=params, signature=v["signature"]
+    )
+    tampered = FormData([*v["params"].items(), ("Extra", "1")])  # type: ignore[union-attr]
+    assert not twilio_signature_valid(
+        auth_token=v["token"], url=v["url"], params=tampered, signature=v["signature"]
+    )
+    assert not twilio_signature_valid(
+        auth_token="54321", url=v["url"], params=params, signature=v["signature"]
+    )
+
+
+def test_sendgrid_signature_matches_the_documented_test_vector_within_ten_minutes() -> None:
+    v = SENDGRID_VECTOR
+    at_s = int(v["timestamp"]) + 60  # type: ignore[call-overload]
+    common = {"public_key": v["public_key"], "signature": v["signature"], "timestamp": v["timestamp"]}
+    assert sendgrid_signature_valid(payload=v["payload"], now_s=at_s, **common)  # type: ignore[arg-type]
+    assert not sendgrid_signature_valid(payload=v["payload"] + b" ", now_s=at_s, **common)  # type: ignore[arg-type, operator]
+    assert not sendgrid_signature_valid(payload=v["payload"], now_s=at_s + 600, **common)  # type: ignore[arg-type]
+
+
+# --- Twilio status callbacks -----------------------------------------------------------------------
+
+
+async def test_delivered_callback_is_recorded_once_and_the_status_stays_sent(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    nid, _ = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+
+    first = await hooks.twilio(callback(sid, "delivered"))
+    again = await hooks.twilio(callback(sid, "delivered"))
+    late_sent = await hooks.twilio(callback(sid, "sent"))
+
+    assert first.status_code == 200 and first.json()["recorded"] == 1
+    assert again.status_code == 200 and again.json()["duplicate"] == 1
+    assert late_sent.status_code == 200 and late_sent.json()["ignored"] == 1
+    body = await view(client, nid)
+    assert body["status"] == "sent"
+    assert provider_transitions(body) == ["delivered"]
+    assert sid in body["history"][-1]["detail"]
+    assert body["error"] is None
+
+
+async def test_a_late_failure_after_delivered_does_not_regress_it(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+
+    assert (await hooks.twilio(callback(sid, "delivered"))).json()["recorded"] == 1
+    late = await hooks.twilio(callback(sid, "undelivered", ErrorCode="30004"))
+
+    assert late.json()["duplicate"] == 1
+    body = await view(client, nid)
+    assert provider_transitions(body) == ["delivered"]
+    assert body["error"] is None
+    assert await opt_outs(client, external_id) == []
+
+
+async def test_stop_reply_records_the_error_and_opts_the_user_out_of_sms(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    phone = (await client.get(f"/v1/users/{external_id}")).json()["phone"]
+
+    response = await hooks.twilio(callback(sid, "undelivered", ErrorCode="21610", To=phone))
+
+    assert response.status_code == 200 and response.json()["opted_out"] == 1
+    body = await view(client, nid)
+    assert body["status"] == "sent"
+    assert provider_transitions(body) == ["undelivered"]
+    assert "21610" in body["history"][-1]["detail"]
+    assert body["error"]["code"] == "21610"
+    assert await opt_outs(client, external_id) == [("sms", "*")]
+
+
+async def test_unreachable_handset_is_recorded_without_opting_out(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+
+    await hooks.twilio(callback(sid, "undelivered", ErrorCode="30003"))
+
+    body = await view(client, nid)
+    assert provider_transitions(body) == ["undelivered"] and "30003" in body["history"][-1]["detail"]
+    assert body["error"] is None  # 30003 is not a dead number
+    assert await opt_outs(client, external_id) == []
+
+
+async def test_forged_or_missing_twilio_signature_is_refused_and_changes_nothing(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    params = callback(sid, "failed", ErrorCode="21610")
+    forged = RequestValidator("not-the-token").compute_signature(hooks.twilio_url, params)
+    other_url = RequestValidator(hooks.auth_token).compute_signature(hooks.twilio_url + "?x=1", params)
+    before = await view(client, nid)
+
+    for response in (
+        await hooks.twilio(params, signature=forged),
+        await hooks.twilio(params, signature=""),
+        await hooks.twilio(params, signature=other_url),  # signed for another URL
+        await hooks.twilio({**params, "ErrorCode": "30003"}, signature=hooks_sig(hooks, params)),
+    ):
+        assert_error(response, 403, "invalid_signature")
+    after = await view(client, nid)
+    assert after["history"] == before["history"] and after["error"] is None
+    assert await opt_outs(client, external_id) == []
+
+
+def hooks_sig(hooks: Hooks, params: dict[str, str]) -> str:
+    return str(RequestValidator(hooks.auth_token).compute_signature(hooks.twilio_url, params))
+
+
+async def test_signature_covers_the_query_string_of_the_public_url(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    nid, _ = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+
+    response = await hooks.twilio(callback(sid, "delivered"), query="account=main")
+
+    assert response.status_code == 200, response.text
+    assert provider_transitions(await view(client, nid)) == ["delivered"]
+
+
+async def test_callback_for_an_unknown_sid_is_404(hooks: Hooks) -> None:
+    response = await hooks.twilio(callback("SM" + secrets.token_hex(16), "delivered"))
+    assert_error(response, 404, "unknown_message")
+
+
+# --- SendGrid Event Webhook ------------------------------------------------------------------------
+
+
+def event(nid: str, kind: str, email: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "email": email,
+        "timestamp": int(time.time()),
+        "event": kind,
+        "sg_event_id": secrets.token_urlsafe(16),
+        "sg_message_id": "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",
+        "category": ["orders"],
+        "notification_id": nid,
+        "tenant_id": "t",
+        **extra,
+    }
+
+
+async def test_events_are_recorded_once_per_sg_event_id(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    email = f"{external_id}@example.com"
+    batch = [event(nid, "processed", email), event(nid, "delivered", email, response="250 OK")]
+
+    first = await hooks.events(batch)
+    replay = await hooks.events(batch)  # SendGrid retries a batch it thinks failed
+
+    assert first.status_code == 200, first.text
+    assert first.json() | {"opted_out": 0} == {
+        "recorded": 1, "duplicate": 0, "ignored": 1, "unknown": 0, "opted_out": 0
+    }  # fmt: skip
+    assert replay.json()["duplicate"] == 1 and replay.json()["recorded"] == 0
+    body = await view(client, nid)
+    assert body["status"] == "sent"
+    assert provider_transitions(body) == ["delivered"]
+    assert batch[1]["sg_event_id"] in body["history"][-1]["detail"]
+
+
+async def test_hard_bounce_opts_the_user_out_of_email_but_a_block_does_not(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    blocked_nid, blocked_user = await sent_notification(engine, tenant, channel="email")
+    bounced_nid, bounced_user = await sent_notification(engine, tenant, channel="email")
+
+    response = await hooks.events(
+        [
+            event(
+                blocked_nid, "bounce", f"{blocked_user}@example.com", type="blocked", reason="421 try later"
+            ),
+            event(bounced_nid, "bounce", f"{bounced_user}@example.com", type="bounce", reason="550 5.1.1"),
+        ]
+    )
+
+    assert response.status_code == 200 and response.json()["opted_out"] == 1
+    assert await opt_outs(client, blocked_user) == []
+    assert await opt_outs(client, bounced_user) == [("email", "*")]
+    assert "550 5.1.1" in (await view(client, bounced_nid))["history"][-1]["detail"]
+
+
+async def test_group_unsubscribe_opts_out_of_the_notifications_category_only(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email", category="newsletter")
+
+    await hooks.events([event(nid, "group_unsubscribe", f"{external_id}@example.com", asm_group_id=42)])
+
+    assert await opt_outs(client, external_id) == [("email", "newsletter")]
+    assert provider_transitions(await view(client, nid)) == ["group_unsubscribe"]
+
+
+async def test_spam_report_for_an_address_the_user_no_longer_has_opts_nobody_out(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+
+    await hooks.events([event(nid, "spamreport", "old-address@example.com")])
+
+    assert provider_transitions(await view(client, nid)) == ["spamreport"]
+    assert await opt_outs(client, external_id) == []
+
+
+async def test_forged_stale_or_unsigned_event_batches_are_refused_and_change_nothing(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    batch = [event(nid, "unsubscribe", f"{external_id}@example.com")]
+    payload = json.dumps(batch).encode()
+    stale = hooks.sendgrid.signed_headers(payload, timestamp=int(time.time()) - 11 * 60)
+    forged = FakeSendGrid().signed_headers(payload)  # another key
+    tampered = hooks.sendgrid.signed_headers(payload.replace(b"unsubscribe", b"spamreport"))
+    before = await view(client, nid)
+
+    for headers in (stale, forged, tampered, {"Content-Type": "application/json"}):
+        assert_error(await hooks.events(batch, headers=headers), 403, "invalid_signature")
+    assert (await view(client, nid))["history"] == before["history"]
+    assert await opt_outs(client, external_id) == []
+
+
+async def test_events_for_notifications_we_do_not_know_are_counted_not_failed(hooks: Hooks) -> None:
+    response = await hooks.events(
+        [event(str(UUID(int=secrets.randbits(128))), "delivered", "x@example.com"), {"event": "delivered"}]
+    )
+    assert response.status_code == 200 and response.json()["unknown"] == 2
+
+
+async def test_webhooks_answer_404_when_the_provider_is_not_configured(api: ApiServer) -> None:
+    async with api_client(api.url, None) as client:
+        twilio = await client.post(TWILIO_PATH, data=callback("SM1", "delivered"))
+        sendgrid = await client.post(SENDGRID_PATH, content=b"[]")
+    assert_error(twilio, 404, "not_configured")
+    assert_error(sendgrid, 404, "not_configured")
+
+
+async def test_an_event_batch_larger_than_a_send_body_is_accepted(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    batch = [event(nid, "processed", f"{external_id}@example.com") for _ in range(400)]
+    assert len(json.dumps(batch)) > hooks.server.settings.max_body_bytes
+
+    response = await hooks.events(batch)
+
+    assert response.status_code == 200, response.text
+    assert response.json()["ignored"] == 400
