@@ -135,7 +135,11 @@ class SendGridProvider:
         )
         if status == 429 or status >= 500:
             return TransientProviderError(
-                text, provider=self.name, code=code, http_status=status, retry_after_s=_retry_after_s(headers)
+                text,
+                provider=self.name,
+                code=code,
+                http_status=status,
+                retry_after_s=_retry_after_s(status, headers),
             )
         if status == 400 and any(_RECIPIENT_FIELD.match(str(e.get("field") or "")) for e in errors):
             return InvalidRecipient(text, provider=self.name, code=code, http_status=status)
@@ -155,8 +159,10 @@ def _address(kind: type[_E], address: str, name: str | None = None) -> _E:
     return email
 
 
-def _retry_after_s(headers: Mapping[str, str]) -> float | None:
-    reset = headers.get("X-RateLimit-Reset")
+def _retry_after_s(status: int, headers: Mapping[str, str]) -> float | None:
+    """The provider's hint: ``X-RateLimit-Reset`` only on a 429 (SendGrid sends that header on every
+    response, so on a 5xx it says nothing about when the outage ends), else ``Retry-After``."""
+    reset = headers.get("X-RateLimit-Reset") if status == 429 else None
     if reset:
         try:
             return max(0.0, float(reset) - time.time())

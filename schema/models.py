@@ -125,6 +125,18 @@ class Notification(SQLModel, table=True):
             ),
         ),
         sa.Index(
+            "ix_notifications_provider_message_id",
+            "provider_message_id",
+            postgresql_where=sa.text("provider_message_id IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_notifications_dead",
+            "tenant_id",
+            "channel",
+            "updated_at",
+            postgresql_where=sa.text("status = 'dead'"),
+        ),
+        sa.Index(
             "ix_notifications_content",
             "user_id",
             "channel",

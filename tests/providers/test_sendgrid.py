@@ -123,9 +123,22 @@ async def test_server_error_raises_transient_with_retry_after(
         await provider.send(make_message(Channel.email))
 
     assert caught.value.http_status == 503
-    assert caught.value.retry_after_s is not None and caught.value.retry_after_s > 0
+    assert caught.value.retry_after_s == 12
     assert time.monotonic() - started < 1, "the provider must not sleep or retry"
     assert len(fake.requests) == 1
+
+
+async def test_server_error_without_retry_after_gives_no_hint_despite_rate_limit_headers(
+    fake: FakeSendGrid, provider: SendGridProvider
+) -> None:
+    """SendGrid sends X-RateLimit-Reset on every response; on a 5xx it is not a retry hint, or a
+    503 would push the next try a minute out and skip the in-process retries."""
+    fake.force_server_error(status=503)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(make_message(Channel.email))
+
+    assert caught.value.retry_after_s is None
 
 
 async def test_invalid_recipient_address_raises_invalid_recipient(
