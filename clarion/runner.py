@@ -8,6 +8,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -178,8 +179,9 @@ async def dev(settings: Settings) -> None:
         ]
         # The banner promises a working system: wait for the API to listen and every worker to
         # have joined its consumer group (or for a part to fail starting).
-        readiness = asyncio.gather(api_ready.wait(), workers_ready.wait())
-        await asyncio.wait([readiness, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        readiness: asyncio.Future[Any] = asyncio.gather(api_ready.wait(), workers_ready.wait())
+        pending: list[asyncio.Future[Any]] = [readiness, *tasks]
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
                 readiness.cancel()

@@ -31,8 +31,9 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from faststream import AckPolicy
@@ -56,6 +57,7 @@ from workers.retry import RetryPolicy
 from workers.wiring import build_steps
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Worker:
@@ -146,19 +148,26 @@ class Worker:
         forward rescheduled ones to the retry topic and dead ones to the DLQ."""
         if not messages:
             return
+        assert self.pipeline is not None
+        pipeline = self.pipeline
+        # Hold the batch until its outcomes are recorded; never skip it. Processing is retried only
+        # while it fails before any claim (database away); once provider calls were made, only the
+        # recording is retried, with the same outcomes, so a database outage never sends twice.
+        outcomes = await self._until_done("processed", lambda: pipeline.process(messages))
+        await self._until_done("recorded", lambda: pipeline.record(outcomes))
+        await self._forward(messages, outcomes)
+
+    async def _until_done(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
         delay_s = 0.5
-        while True:  # hold the batch until its outcomes are recorded; never skip it
+        while True:
             try:
-                assert self.pipeline is not None
-                outcomes = await self.pipeline.deliver(messages)
-                break
+                return await step()
             except Exception as exc:
                 log.warning(
-                    "batch not recorded (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay_s
+                    "batch not %s (%s: %s); retrying in %.1fs", what, type(exc).__name__, exc, delay_s
                 )
             await asyncio.sleep(delay_s)
             delay_s = min(delay_s * 2, 10.0)
-        await self._forward(messages, outcomes)
 
     async def _forward(self, messages: list[NotificationMessage], outcomes: list[Outcome]) -> None:
         by_id = {m.id: m for m in messages}

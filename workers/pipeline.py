@@ -95,10 +95,19 @@ class Pipeline:
         self.on_provider_error = on_provider_error  # e.g. adaptive pacing slows down on a 429
         self.breakers = breakers
         self._slots = asyncio.Semaphore(concurrency)
+        self._events: dict[UUID, str] = {}  # event ids of processed, not yet recorded outcomes
         self._templates: dict[tuple[Any, ...], tuple[str | None, str, str | None]] = {}
 
     async def deliver(self, messages: list[NotificationMessage]) -> list[Outcome]:
         """Claim, deliver and record a batch; returns the recorded outcomes."""
+        outcomes = await self.process(messages)
+        await self.record(outcomes)
+        return outcomes
+
+    async def process(self, messages: list[NotificationMessage]) -> list[Outcome]:
+        """Claim the batch and take every claimed notification to an outcome (provider calls
+        included). Nothing is recorded yet: the caller must ``record`` these outcomes, retrying
+        until it succeeds, because claiming again would find them leased and send nothing."""
         rows = await claim_batch(pool=self.pool, ids=[m.id for m in messages], lease_s=self.lease_s)
         skipped = len({m.id for m in messages}) - len(rows)
         if skipped:
@@ -114,8 +123,12 @@ class Pipeline:
         addresses = await addresses_for(pool=self.pool, rows=go)
         outcomes = list(stopped.values())
         outcomes += await asyncio.gather(*(self._deliver_one(row, addresses[row["id"]]) for row in go))
+        self._events.update({r["id"]: r["event_id"] for r in rows})
+        return outcomes
+
+    async def record(self, outcomes: list[Outcome]) -> None:
+        """Record the outcomes (one transaction), then count and log them."""
         await record_outcomes(pool=self.pool, outcomes=outcomes)
-        events = {r["id"]: r["event_id"] for r in rows}
         for o in outcomes:
             metrics.OUTCOMES.labels(self.channel.value, o.provider or "none", o.status).inc()
             # Ids, status and error code only: bodies and addresses never reach the logs.
@@ -126,7 +139,7 @@ class Pipeline:
                 f" ({o.error_code})" if o.error_code else "",
                 extra={
                     "notification_id": o.notification_id,
-                    "event_id": events.get(o.notification_id),
+                    "event_id": self._events.pop(o.notification_id, None),
                     "channel": self.channel.value,
                     "provider": o.provider,
                 },
@@ -139,7 +152,6 @@ class Pipeline:
                     metrics.PROVIDER_ERRORS.labels(a.provider, a.error_code).inc()
             if o.status == Status.retrying.value:
                 metrics.RETRIES.labels(self.channel.value).inc()
-        return outcomes
 
     async def _deliver_one(self, row: dict[str, Any], addresses: list[Address]) -> Outcome:
         nid: UUID = row["id"]
