@@ -107,7 +107,9 @@ async def _opt_out(conn: asyncpg.Connection, opt_outs: Sequence[_OptOut]) -> Non
 _FIND_SMS = """
 SELECT n.id, n.user_id, n.history, u.phone
   FROM notifications n JOIN users u ON u.id = n.user_id
- WHERE n.provider_message_id = $1 AND n.channel = 'sms'
+ WHERE n.channel = 'sms'
+   AND CASE WHEN $2::uuid IS NULL THEN n.provider_message_id = $1
+            ELSE n.id = $2::uuid AND coalesce(n.provider_message_id, $1) = $1 END
  FOR UPDATE OF n
 """
 
@@ -137,8 +139,11 @@ async def record_twilio_status(
     url: str,
     params: Sequence[tuple[str, str]],
     signature: str | None,
+    notification_id: UUID | None = None,
 ) -> WebhookResult:
-    """Verify one Twilio status callback and record it on the SMS whose sid it names.
+    """Verify one Twilio status callback and record it on the SMS whose sid it names (or, when the
+    signed callback URL carries it, on ``notification_id``: the report may arrive before the worker
+    has recorded the sid).
 
     Raises ``ApiError`` 404 ``not_configured`` (no auth token to verify with), 403
     ``invalid_signature`` (nothing is changed) or 404 ``unknown_message`` (no SMS has that sid).
@@ -156,7 +161,7 @@ async def record_twilio_status(
         return WebhookResult(ignored=1)
     code = str(form.get("ErrorCode") or "") or None
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(_FIND_SMS, sid)
+        row = await conn.fetchrow(_FIND_SMS, sid, notification_id)
         if row is None:
             _count("twilio", status, "unknown")
             raise ApiError(404, "unknown_message", f"No SMS has the message sid {sid}.")

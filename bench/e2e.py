@@ -19,18 +19,23 @@ import asyncpg
 
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
+from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from schema.db import create_engine
 from tests.conftest import make_tenant
 from tests.fixtures.services import ClarionProcess, drop_database, fresh_database, wait_until
-from clarion.pg import asyncpg_dsn
 
 
 def body(i: int, channel: str) -> dict[str, object]:
     user = {"id": f"u-{i % 5000}", "email": f"user{i % 5000}@example.com", "phone": "+14155550100"}
     template, data = ("otp", {"code": str(i)}) if channel == "sms" else ("welcome", {"name": f"n{i}"})
-    return {"event_id": f"bench-{secrets.token_hex(8)}", "user": user, "channel": channel,
-            "template": template, "data": data}
+    return {
+        "event_id": f"bench-{secrets.token_hex(8)}",
+        "user": user,
+        "channel": channel,
+        "template": template,
+        "data": data,
+    }
 
 
 async def drive(url: str, key: str, count: int, concurrency: int, channel: str) -> tuple[float, list[float]]:
@@ -64,8 +69,13 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
     procs: list[ClarionProcess] = []
     try:
         await create_topics(broker.bootstrap, partitions=4)
-        settings = Settings(database_url=url, kafka_bootstrap=broker.bootstrap, api_port=free_port(),
-                            env="test", db_pool_size=20)
+        settings = Settings(
+            database_url=url,
+            kafka_bootstrap=broker.bootstrap,
+            api_port=free_port(),
+            env="test",
+            db_pool_size=20,
+        )
         engine = create_engine(url, pool_size=1)
         tenant = await make_tenant(engine)
         await engine.dispose()
@@ -93,8 +103,10 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
         delivered_s = time.perf_counter() - start
         await conn.close()
         q = statistics.quantiles(latencies, n=100)
-        print(f"\nClarion end to end, {count} {channel} notifications, {concurrency} concurrent clients, "
-              f"{workers} worker process(es), API + relay as separate processes\n")
+        print(
+            f"\nClarion end to end, {count} {channel} notifications, {concurrency} concurrent clients, "
+            f"{workers} worker process(es), API + relay as separate processes\n"
+        )
         print(f"{'accepted/s (POST /v1/notifications)':40} {count / elapsed:10.0f}")
         print(f"{'accept latency p50 (ms)':40} {q[49] * 1000:10.1f}")
         print(f"{'accept latency p99 (ms)':40} {q[98] * 1000:10.1f}")
@@ -108,7 +120,9 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
 
 
 async def _count(conn: asyncpg.Connection, status: str, at_least: int) -> bool:
-    return int(await conn.fetchval("SELECT count(*) FROM notifications WHERE status = $1", status)) >= at_least
+    return (
+        int(await conn.fetchval("SELECT count(*) FROM notifications WHERE status = $1", status)) >= at_least
+    )
 
 
 if __name__ == "__main__":

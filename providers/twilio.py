@@ -77,7 +77,11 @@ class TwilioProvider:
         elif self._settings.from_number:
             form["From"] = self._settings.from_number
         if self._settings.status_callback_url:
-            form["StatusCallback"] = self._settings.status_callback_url
+            # The notification id rides in the (signed) URL, so a report that arrives before the
+            # worker has recorded the message sid still finds its notification.
+            url = self._settings.status_callback_url
+            separator = "&" if "?" in url else "?"
+            form["StatusCallback"] = f"{url}{separator}notification_id={message.notification_id}"
         if message.expires_at is not None:
             remaining_s = int(message.expires_at.timestamp() - time.time())
             if remaining_s < MAX_VALIDITY_PERIOD_S:

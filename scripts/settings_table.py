@@ -1,6 +1,6 @@
 """Print the configuration table of the README from the settings model (every CLARION_ variable).
 
-    .venv/bin/python scripts/settings_table.py
+.venv/bin/python scripts/settings_table.py
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ No API key: each request is authenticated by the provider's signature (see ``api
 from __future__ import annotations
 
 from urllib.parse import parse_qsl
+from uuid import UUID
 
 from fastapi import APIRouter, Request
 
@@ -44,6 +45,7 @@ async def twilio_status(request: Request) -> WebhookResult:
         url=url,
         params=parse_qsl(raw.decode("utf-8", errors="replace"), keep_blank_values=True),
         signature=request.headers.get(TWILIO_SIGNATURE_HEADER),
+        notification_id=_uuid_or_none(request.query_params.get("notification_id")),
     )
 
 
@@ -58,3 +60,10 @@ async def sendgrid_events(request: Request) -> WebhookResult:
         signature=request.headers.get(SENDGRID_SIGNATURE_HEADER),
         timestamp=request.headers.get(SENDGRID_TIMESTAMP_HEADER),
     )
+
+
+def _uuid_or_none(value: str | None) -> UUID | None:
+    try:
+        return UUID(value) if value else None
+    except ValueError:
+        return None

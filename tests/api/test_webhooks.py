@@ -446,3 +446,30 @@ async def test_an_event_batch_larger_than_a_send_body_is_accepted(
 
     assert response.status_code == 200, response.text
     assert response.json()["ignored"] == 400
+
+
+async def test_twilio_report_arriving_before_the_sid_is_recorded_finds_its_notification(
+    hooks: Hooks, client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="sms", provider_message_id=None)
+    sid = "SM" + secrets.token_hex(16)
+
+    response = await hooks.twilio(callback(sid, "delivered"), query=f"notification_id={nid}")
+
+    assert response.status_code == 200, response.text
+    assert response.json()["recorded"] == 1
+    assert provider_transitions(await view(client, nid)) == ["delivered"]
+
+
+async def test_twilio_report_naming_another_sid_than_the_recorded_one_is_refused(
+    hooks: Hooks, client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    recorded = "SM" + secrets.token_hex(16)
+    nid, _ = await sent_notification(engine, tenant, channel="sms", provider_message_id=recorded)
+
+    response = await hooks.twilio(
+        callback("SM" + secrets.token_hex(16), "delivered"), query=f"notification_id={nid}"
+    )
+
+    assert_error(response, 404, "unknown_message")
+    assert provider_transitions(await view(client, nid)) == []

@@ -50,7 +50,8 @@ async def provider(fake: FakeTwilio) -> AsyncIterator[TwilioProvider]:
 async def test_send_posts_form_with_basic_auth_and_returns_sid(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
-    result = await provider.send(make_message(Channel.sms))
+    message = make_message(Channel.sms)
+    result = await provider.send(message)
 
     [request] = fake.requests
     assert request.method == "POST"
@@ -62,7 +63,7 @@ async def test_send_posts_form_with_basic_auth_and_returns_sid(
         "To": "+14155550100",
         "Body": "main is green",
         "From": "+14155550199",
-        "StatusCallback": "https://clarion.test/hooks/twilio",
+        "StatusCallback": f"https://clarion.test/hooks/twilio?notification_id={message.notification_id}",
     }
     assert re.fullmatch(r"SM[0-9a-f]{32}", result.provider_message_id)
     assert result.provider == "twilio"
@@ -230,13 +231,15 @@ async def test_fake_posts_signed_sent_then_delivered_callbacks(fake: FakeTwilio)
         url = f"{receiver.url}/v1/webhooks/twilio/status"
         provider = TwilioProvider(settings_for(fake, status_callback_url=url))
         try:
-            result = await provider.send(make_message(Channel.sms))
+            message = make_message(Channel.sms)
+            result = await provider.send(message)
             await wait_until(lambda: len(receiver.requests) == 2, timeout_s=5)
         finally:
             await provider.aclose()
 
     assert [r.body["MessageStatus"] for r in receiver.requests] == ["sent", "delivered"]
     validator = RequestValidator(fake.auth_token)
+    url += f"?notification_id={message.notification_id}"  # Twilio signs the URL it calls, query included
     for request in receiver.requests:
         assert request.body["MessageSid"] == result.provider_message_id
         assert request.body["To"] == "+14155550100" and "ErrorCode" not in request.body
