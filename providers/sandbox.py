@@ -6,47 +6,61 @@ Every message lands in the ``sandbox_messages`` table, so the API (any process) 
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion.pg import create_pool
 from providers.base import RenderedMessage, SendResult
 from schema.enums import Channel
 from schema.ids import uuid7
-from schema.models import SandboxMessage
 
-_table = SandboxMessage.__table__  # type: ignore[attr-defined]
+INSERT = """
+INSERT INTO sandbox_messages (notification_id, tenant_id, channel, recipient, subject, body, html, data,
+                              provider_message_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+"""
 
 
 class SandboxProvider:
-    """Accepts every message for any channel and stores it; the message id is ``sbx-<uuid7>``."""
+    """Accepts every message for any channel and stores it; the message id is ``sbx-<uuid7>``.
+
+    It writes with a small asyncpg pool of its own, opened on the first send (one short insert per
+    message: the sandbox is the delivery target of `clarion dev` and the end-to-end benchmark).
+    """
 
     name: ClassVar[str] = "sandbox"
     channel: ClassVar[Channel] = Channel.email  # serves every channel; the attribute names the default
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, engine: AsyncEngine, *, pool_size: int = 4) -> None:
+        self._engine = engine  # only its URL is used, when the first send opens the pool
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self._opening = asyncio.Lock()
+
+    async def _get_pool(self) -> asyncpg.Pool:
+        async with self._opening:
+            if self._pool is None:
+                dsn = self._engine.url.render_as_string(hide_password=False)
+                self._pool = await create_pool(dsn, size=self._pool_size)
+            return self._pool
 
     async def send(self, message: RenderedMessage) -> SendResult:
+        """Store the message; it is never sent anywhere."""
         message_id = f"sbx-{uuid7()}"
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                _table.insert().values(
-                    notification_id=message.notification_id,
-                    tenant_id=message.tenant_id,
-                    channel=message.channel.value,
-                    recipient=message.to,
-                    subject=message.subject,
-                    body=message.body,
-                    html=message.html,
-                    data={
-                        **message.data,
-                        **({"unsubscribe_url": message.unsubscribe_url} if message.unsubscribe_url else {}),
-                    },
-                    provider_message_id=message_id,
-                )
-            )
+        data = dict(message.data)
+        if message.unsubscribe_url:
+            data["unsubscribe_url"] = message.unsubscribe_url
+        pool = self._pool or await self._get_pool()
+        await pool.execute(
+            INSERT, message.notification_id, message.tenant_id, message.channel.value, message.to,
+            message.subject, message.body, message.html, data, message_id,
+        )  # fmt: skip
         return SendResult(provider=self.name, provider_message_id=message_id)
 
     async def aclose(self) -> None:
-        return None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
