@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: dev test install lint bench services browser
+.PHONY: dev test install lint bench services browser chaos
 
 install: $(VENV)/.installed
 
@@ -31,3 +31,7 @@ test: install services browser lint
 
 bench: install services
 	$(PY) -m bench.e2e
+
+# Every chaos scenario at full scale against real processes (~15 min); writes chaos/results.md.
+chaos: install
+	$(PY) -m chaos --out chaos/results.md

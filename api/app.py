@@ -12,13 +12,14 @@ from api.errors import BodySizeLimit, install_error_handlers
 from api.ingress import IngressLimits, RateLimitHeaders
 from api.ops import QueueMonitor
 from api.outbox import Outbox
-from api.routes import health, notifications, sandbox
+from api.routes import categories, health, notifications, preferences, sandbox, templates, users
 from api.routes import dlq as dlq_routes
-from api.routes import categories, preferences, templates, users
+from api.routes import keys as key_routes
 from api.routes import metrics as metrics_routes
 from api.routes import ops as ops_routes
 from api.routes import rate_limits as rate_limit_routes
 from api.routes import search as search_routes
+from api.routes import webhooks as webhook_routes
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.settings import Settings
@@ -75,9 +76,18 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(ops_routes.router)
     app.include_router(metrics_routes.router)
     app.include_router(rate_limit_routes.router)
+    app.include_router(webhook_routes.router)
+    app.include_router(key_routes.router)
     if settings.sandbox_enabled:
         app.include_router(sandbox.router)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        per_path={
+            "/v1/notifications/batch": settings.max_batch_body_bytes,
+            webhook_routes.SENDGRID_EVENTS_PATH: webhook_routes.SENDGRID_EVENTS_MAX_BODY_BYTES,
+        },
+    )
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(metrics_routes.RejectionCounter)
     return app

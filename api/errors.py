@@ -6,6 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
+from asyncpg.exceptions import InternalClientError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -74,12 +76,39 @@ def _is_db_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
     name = type(getattr(exc, "orig", exc)).__name__
-    return name in {
+    if name in {
         "CannotConnectNowError",
         "ConnectionDoesNotExistError",
         "InterfaceError",
         "TooManyConnectionsError",
-    }
+        "InternalClientError",  # asyncpg, on a connection left mid-operation by a server restart
+    }:
+        return True
+    # SQLSTATE 08 (connection exception) and 57P (server shutting down, restarting) anywhere in the chain.
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        if isinstance(state, str) and (state.startswith("08") or state.startswith("57P")):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def _is_unstorable_value(exc: BaseException | None) -> bool:
+    """PostgreSQL refused a value the caller sent (SQLSTATE class 22: a NUL character, a number
+    out of range...), or the driver could not encode it: the request's fault, not the server's."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+        if isinstance(state, str) and state.startswith("22"):
+            return True
+        if type(exc).__name__ == "DataError" and type(exc).__module__.startswith("asyncpg"):
+            return True
+        exc = exc.__cause__ or getattr(exc, "orig", None)
+    return False
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -102,6 +131,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
+        if _is_unstorable_value(exc):
+            log.info("refused a value the database cannot store: %s", type(exc).__name__)
+            return error_response(
+                422,
+                "invalid_value",
+                "A value in the request cannot be stored (a NUL character, or a number out of range).",
+            )
         if _is_db_unavailable(exc):
             log.warning("database unavailable: %s", type(exc).__name__)
             return error_response(
@@ -112,6 +148,12 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         log.exception("unhandled error")
         return error_response(500, "internal_error", "Internal error.")
+
+    # Database and network failures are answered here, not by the catch-all above: Starlette
+    # re-raises what reaches that one to the server, and uvicorn then logs a traceback and closes
+    # the client's connection after every 503 of a database outage.
+    for kind in (DBAPIError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError, InternalClientError):
+        app.add_exception_handler(kind, _unhandled)
 
 
 class BodySizeLimit:

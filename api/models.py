@@ -78,7 +78,7 @@ class NotificationIn(Strict):
     category: str = Field(default="general", min_length=1, max_length=64, pattern=NAME)
     priority: Priority = Priority.normal
     template: str | None = Field(default=None, min_length=1, max_length=128, pattern=NAME)
-    template_version: int | None = Field(default=None, ge=1)
+    template_version: int | None = Field(default=None, ge=1, le=2_147_483_647)
     content: ContentIn | None = None
     data: dict[str, Any] = Field(default_factory=dict)
     send_at: datetime | None = None

@@ -68,14 +68,14 @@ class ActivateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     channel: Channel
     locale: str = Field(max_length=35, pattern=LOCALE)
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=2_147_483_647)
 
 
 class PreviewIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     channel: Channel
     locale: str | None = Field(default=None, max_length=35, pattern=LOCALE)
-    version: int | None = Field(default=None, ge=1)
+    version: int | None = Field(default=None, ge=1, le=2_147_483_647)
     data: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
+from clarion import dlq_cli
 from clarion.logs import setup_logging
 from clarion.settings import Settings
 from schema.enums import Channel
@@ -59,7 +60,16 @@ def main(argv: list[str] | None = None) -> None:
     p_keys.add_argument("--tenant", help="tenant id (created if missing)")
     p_keys.add_argument("--scopes", default="send,read", help="comma-separated: send,read,admin,preferences")
     p_keys.add_argument("--key-id", help="key id to revoke")
+    dlq_cli.add_parser(sub)
+    p_status = sub.add_parser("status", help="queue depth, lag and statuses of a running Clarion, as tables")
+    p_status.add_argument("--url", help="API base URL (default: CLARION_PUBLIC_URL, or api_host:api_port)")
+    p_status.add_argument("--api-key", help="an API key with the admin scope (default: $CLARION_API_KEY)")
     args = parser.parse_args(argv)
+
+    if args.command == "status":
+        from clarion import status
+
+        raise SystemExit(status.main(url=args.url or _settings().base_url, api_key=args.api_key))
 
     from clarion import runner
 
@@ -81,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         print("topics ready")
     elif args.command == "keys":
         _keys(args, settings)
+    elif args.command == "dlq":
+        dlq_cli.run(args, settings)
     else:
         _need_bootstrap(settings)
         stop = runner.wait_for_signal

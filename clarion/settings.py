@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from providers.settings import ProvidersSettings
+from workers.retry import RetrySettings
 
 PLACEHOLDER_SECRET = "dev-insecure-secret-change-me"
 
@@ -49,8 +50,22 @@ class Settings(BaseSettings):
         default=SecretStr(PLACEHOLDER_SECRET),
         description="HMAC secret for preference/unsubscribe tokens. Must be set outside dev.",
     )
+    previous_secret_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Earlier CLARION_SECRET_KEY values (comma-separated) whose preference/unsubscribe tokens are still honoured after a rotation.",
+    )
+    preference_token_ttl_s: float = Field(
+        default=60 * 24 * 3600,
+        gt=0,
+        description="How long an unsubscribe or preference-page token stays valid, in seconds.",
+    )
     max_body_bytes: int = Field(
         default=65536, ge=1024, description="Largest accepted request body, in bytes."
+    )
+    max_batch_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest accepted body of POST /v1/notifications/batch, in bytes.",
     )
     lease_s: float = Field(
         default=30.0,
@@ -76,12 +91,36 @@ class Settings(BaseSettings):
         default=None, description="Serve GET /v1/sandbox/messages (default: on in dev and test, off in prod)."
     )
     log_level: str = Field(default="INFO", description="Log level of every process.")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port on which `clarion worker` and `clarion relay` serve Prometheus /metrics (unset or 0: off; the API serves /metrics on its own port).",
+    )
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
+    retry: RetrySettings = Field(
+        default_factory=RetrySettings,
+        description="Provider retries (in-process and via the retry topic), attempt limits, circuit breakers.",
+    )
+
+    @field_validator("previous_secret_keys", mode="before")
+    @classmethod
+    def _split_secret_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_prod(self) -> Settings:
         if self.env == "prod" and self.secret_key.get_secret_value() == PLACEHOLDER_SECRET:
             raise ValueError("CLARION_SECRET_KEY must be set to a real secret when CLARION_ENV=prod")
+        return self
+
+    @model_validator(mode="after")
+    def _twilio_status_callback_url(self) -> Settings:
+        twilio = self.providers.twilio.with_status_callback(self.base_url)
+        if twilio is not self.providers.twilio:
+            self.providers = self.providers.model_copy(update={"twilio": twilio})
         return self
 
     @property

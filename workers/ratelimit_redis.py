@@ -20,7 +20,7 @@ import weakref
 from typing import Any, cast
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -193,15 +193,24 @@ class RedisRateLimiter:
         registry: CollectorRegistry = REGISTRY,
         timeout_s: float = 0.25,
         retry_interval_s: float = 1.0,
+        max_connections: int = 100,
+        pool_wait_s: float = 5.0,
     ) -> RedisRateLimiter:
-        """A limiter with its own connection pool; a call waits at most about ``2 * timeout_s``
-        for Redis before failing open. Connects lazily."""
-        client = Redis.from_url(
+        """A limiter with its own pool of ``max_connections``; a call waits up to ``pool_wait_s``
+        for a free connection, then at most about ``2 * timeout_s`` for Redis before failing
+        open. Connects lazily."""
+        # A pool that makes callers wait for a free connection: redis-py 8's default pool raises
+        # MaxConnectionsError past 100 connections, which read as an outage and failed open (no
+        # pacing at all) exactly when a worker's batch made hundreds of concurrent checks.
+        pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
             redis_url,
+            max_connections=max_connections,
+            timeout=pool_wait_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1),  # one reconnect for a stale pooled connection, no more
         )
+        client = Redis.from_pool(pool)  # type: ignore[attr-defined]  # types-redis predates from_pool
         return cls(
             client, prefix=prefix, registry=registry, retry_interval_s=retry_interval_s, owns_client=True
         )

@@ -1,0 +1,99 @@
+"""Managing a tenant's API keys: create (the secret is shown once), list (never a secret), revoke.
+
+Keys are stored as the sha256 of their secret (``clarion.tenants``). A tenant sees and revokes only
+its own keys; another tenant's key id is simply not found. A revoked key is refused by every API
+process once its cached lookup expires (``api.auth.CACHE_TTL_S``, 5 s). Rotation is create-then-
+revoke: both keys work in between, so callers can switch without a gap.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.errors import ApiError
+from clarion.tenants import create_api_key, split_key
+from schema.enums import Scope
+from schema.models import ApiKey
+
+_keys = ApiKey.__table__  # type: ignore[attr-defined]
+
+
+class KeyIn(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(
+        default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]*$"
+    )
+    scopes: list[Scope] = Field(min_length=1, max_length=4, description="send, read, admin, preferences")
+
+
+class KeyOut(BaseModel):
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class CreatedKey(KeyOut):
+    key: str = Field(description="the full key; shown only in this response, store it now")
+
+
+def _out(row: sa.Row) -> KeyOut:  # type: ignore[type-arg]
+    return KeyOut(
+        id=row.id,
+        name=row.name,
+        scopes=list(row.scopes),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+_COLUMNS = (_keys.c.id, _keys.c.name, _keys.c.scopes, _keys.c.created_at, _keys.c.revoked_at)
+
+
+async def create_key(*, engine: AsyncEngine, tenant_id: str, name: str, scopes: list[Scope]) -> CreatedKey:
+    """A new key for ``tenant_id`` with ``scopes``; the full key is in the result and nowhere else."""
+    unique = sorted({s.value for s in scopes})
+    async with engine.begin() as conn:
+        key = await create_api_key(conn, tenant_id=tenant_id, scopes=tuple(unique), name=name)
+        parts = split_key(key)
+        assert parts is not None
+        row = (await conn.execute(sa.select(*_COLUMNS).where(_keys.c.id == parts[0]))).one()
+    return CreatedKey(key=key, **_out(row).model_dump())
+
+
+async def list_keys(*, engine: AsyncEngine, tenant_id: str) -> list[KeyOut]:
+    """Every key of the tenant, revoked ones included, oldest first; never a secret or its hash."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.select(*_COLUMNS)
+                .where(_keys.c.tenant_id == tenant_id)
+                .order_by(_keys.c.created_at, _keys.c.id)
+            )
+        ).all()
+    return [_out(r) for r in rows]
+
+
+async def revoke_key(*, engine: AsyncEngine, tenant_id: str, key_id: str) -> KeyOut:
+    """Revoke the tenant's key ``key_id`` (idempotent: revoking twice keeps the first time).
+
+    Raises ``ApiError(404)`` when the tenant has no such key.
+    """
+    async with engine.begin() as conn:
+        row = (
+            await conn.execute(
+                _keys.update()
+                .where(_keys.c.id == key_id, _keys.c.tenant_id == tenant_id)
+                .values(revoked_at=sa.func.coalesce(_keys.c.revoked_at, sa.func.now()))
+                .returning(*_COLUMNS)
+            )
+        ).first()
+    if row is None:
+        raise ApiError(404, "not_found", f"No API key {key_id}.")
+    return _out(row)

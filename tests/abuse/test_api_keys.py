@@ -1,0 +1,87 @@
+"""API keys: stored hashed, shown once, rotated without a gap, and refused within seconds of revocation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.auth import CACHE_TTL_S
+from tests.conftest import TenantInfo, make_tenant
+from tests.fixtures.services import ApiServer
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_a_created_key_is_shown_once_and_stored_only_as_a_hash(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    created = await client.post("/v1/keys", json={"name": "ci", "scopes": ["send", "read"]})
+    assert created.status_code == 201, created.text
+    key = created.json()["key"]
+    key_id, secret = created.json()["id"], key.split("_", 2)[2]
+    async with engine.connect() as conn:
+        row = (
+            (await conn.execute(sa.text("SELECT * FROM api_keys WHERE id = :i"), {"i": key_id}))
+            .mappings()
+            .one()
+        )
+    assert row["secret_hash"] == hashlib.sha256(secret.encode()).hexdigest()
+    assert all(secret not in str(value) for value in row.values())
+    listed = (await client.get("/v1/keys")).text
+    assert key_id in listed and secret not in listed and row["secret_hash"] not in listed
+    assert sorted(created.json()["scopes"]) == ["read", "send"]
+
+
+async def test_rotation_keeps_the_new_key_working_and_the_revoked_one_is_refused_within_the_cache_ttl(
+    api: ApiServer, client: httpx.AsyncClient
+) -> None:
+    old = (await client.post("/v1/keys", json={"name": "old", "scopes": ["read"]})).json()
+    new = (await client.post("/v1/keys", json={"name": "new", "scopes": ["read"]})).json()
+    async with httpx.AsyncClient(base_url=api.url, timeout=10) as c:
+        # The old key is in use (and so in the API's auth cache) when it is revoked.
+        assert (await c.get("/v1/templates", headers=_bearer(old["key"]))).status_code == 200
+        revoked = await client.post(f"/v1/keys/{old['id']}/revoke")
+        assert revoked.status_code == 200 and revoked.json()["revoked_at"], revoked.text
+        revoked_at = time.monotonic()
+        while (await c.get("/v1/templates", headers=_bearer(old["key"]))).status_code != 401:
+            assert time.monotonic() - revoked_at <= CACHE_TTL_S + 1.0, "a revoked key still works"
+            await asyncio.sleep(0.2)
+        assert (await c.get("/v1/templates", headers=_bearer(new["key"]))).status_code == 200
+    again = await client.post(f"/v1/keys/{old['id']}/revoke")
+    assert again.json()["revoked_at"] == revoked.json()["revoked_at"]  # idempotent: the first time stays
+
+
+async def test_only_an_admin_key_manages_keys(api: ApiServer, engine: AsyncEngine) -> None:
+    sender = await make_tenant(engine, scopes=("send", "read"))
+    async with httpx.AsyncClient(base_url=api.url, headers=_bearer(sender.key), timeout=10) as c:
+        for response in (
+            await c.get("/v1/keys"),
+            await c.post("/v1/keys", json={"scopes": ["admin"]}),
+            await c.post(f"/v1/keys/{sender.key.split('_')[1]}/revoke"),
+        ):
+            assert response.status_code == 403, response.text
+            assert response.json()["error"]["code"] == "forbidden"
+
+
+async def test_bad_key_requests_are_refused_with_the_error_shape(
+    client: httpx.AsyncClient, tenant: TenantInfo
+) -> None:
+    bodies: list[dict[str, object]] = [
+        {"scopes": []},
+        {"scopes": ["root"]},
+        {"scopes": ["read"], "name": "x" * 65},
+        {"scopes": "read"},
+    ]
+    for body in bodies:
+        response = await client.post("/v1/keys", json=body)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["code"] == "validation_error"
+    missing = await client.post("/v1/keys/doesnotexist/revoke")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
