@@ -26,8 +26,24 @@ async def accept_batch(
     duplicate of an earlier send): the caller publishes those.
     """
     slots = asyncio.Semaphore(CONCURRENCY)
+    # Items repeating an event_id are accepted after the earlier item with it, so the later one is
+    # the duplicate (or the 409), as if the items had been sent one by one in order.
+    earlier: dict[str, asyncio.Event] = {}
 
     async def one(index: int, raw: dict[str, Any]) -> tuple[BatchItemOut, AcceptResult | None]:
+        event_id = raw.get("event_id") if isinstance(raw, dict) else None
+        before = earlier.get(event_id) if isinstance(event_id, str) else None
+        done = asyncio.Event()
+        if isinstance(event_id, str):
+            earlier[event_id] = done
+        try:
+            if before is not None:
+                await before.wait()
+            return await _accept_one(index, raw)
+        finally:
+            done.set()
+
+    async def _accept_one(index: int, raw: dict[str, Any]) -> tuple[BatchItemOut, AcceptResult | None]:
         try:
             req = NotificationIn.model_validate(raw)
             async with slots:
