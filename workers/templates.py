@@ -107,8 +107,6 @@ class TemplateSource:
     html: str | None
 
 
-
-
 async def resolve_template_pg(
     *,
     conn: asyncpg.Connection | asyncpg.Pool,
