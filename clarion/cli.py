@@ -95,13 +95,13 @@ def main(argv: list[str] | None = None) -> None:
         dlq_cli.run(args, settings)
     else:
         _need_bootstrap(settings)
-        stop = runner.wait_for_signal
         if args.command == "api":
-            _run(lambda: runner.serve_api(settings, stop))
+            _run(lambda: runner.until_signal(lambda stop: runner.serve_api(settings, stop)))
         elif args.command == "worker":
-            _run(lambda: runner.run_workers(settings, [Channel(args.channel)], stop))
+            channels = [Channel(args.channel)]
+            _run(lambda: runner.until_signal(lambda stop: runner.run_workers(settings, channels, stop)))
         else:
-            _run(lambda: runner.run_relay(settings, stop))
+            _run(lambda: runner.until_signal(lambda stop: runner.run_relay(settings, stop)))
 
 
 def _keys(args: argparse.Namespace, settings: Settings) -> None:

@@ -64,6 +64,21 @@ async def wait_for_signal() -> None:
     await stop.wait()
 
 
+async def until_signal(run: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]) -> None:
+    """Run ``run(stop)`` where ``stop()`` returns on SIGINT or SIGTERM. The handlers are installed
+    before ``run`` starts anything, so a signal during start-up still ends in a clean stop (the
+    part finishes starting, then stops) rather than the default kill."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+
+    async def stop() -> None:
+        await stopping.wait()
+
+    await run(stop)
+
+
 class EmbeddedServer(uvicorn.Server):
     """uvicorn inside a loop we own: our code handles the signals and tells it when to exit."""
 
