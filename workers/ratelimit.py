@@ -22,9 +22,12 @@ Modes:
   ``remaining``/``reset_after_ms`` describe the nominal limit.
 - ``elastic``: the key keeps its own hard allowance and may *borrow* from a shared pool when the
   pool has spare capacity. The pool is a second GCRA key (`ElasticPool`) that measures the
-  aggregate pace of everything sharing it (e.g. a provider account): every admission of an
-  elastic rule is charged to the pool (capped at "pool full"), and a request over the key's own
-  limit is admitted only when the pool admits it. Borrowed admissions are ``over_limit=True``.
+  aggregate pace of everything sharing it (e.g. a provider account). By default every admission
+  of an elastic rule is charged to the pool (capped at "pool full"), and a request over the key's
+  own limit is admitted only when the pool admits it. A *read-only* pool is one its owner
+  charges itself (a provider pacing key the same send was already charged to): the elastic rule
+  never charges it, and borrows only while the pool would still admit ``cost`` more right now
+  (for a soft pool, under its nominal limit). Borrowed admissions are ``over_limit=True``.
 
 `workers.ratelimit_redis` holds the Redis backend, which evaluates the same arithmetic in Lua.
 """
@@ -44,10 +47,15 @@ _EPS_US = 1.0
 
 @dataclass(frozen=True, slots=True)
 class ElasticPool:
-    """A shared GCRA key an elastic rule borrows spare capacity from (see module docstring)."""
+    """A shared GCRA key an elastic rule borrows spare capacity from (see module docstring).
+
+    ``key`` and ``rule`` are the pool's as its owner uses them. ``read_only``: the owner charges
+    the pool for every event itself, so the elastic rule only reads it and never charges it.
+    """
 
     key: str
     rule: Rule
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +174,11 @@ class GcraPlan:
 
     ``primary`` decides admission on the key. ``secondary`` on ``secondary_key`` is, in soft mode,
     the nominal (hard) rule on the shadow key, advanced only when it would admit; in elastic mode,
-    the pool, charged on every admission (capped at full) and consulted when ``primary`` rejects.
+    the pool, charged on every admission (capped at full) and consulted when ``primary`` rejects;
+    in elastic_read mode, the pool, only consulted when ``primary`` rejects and never charged.
     """
 
-    mode: Literal["hard", "soft", "elastic"]
+    mode: Literal["hard", "soft", "elastic", "elastic_read"]
     cost: int
     primary: GcraParams
     secondary: GcraParams | None
@@ -190,7 +199,11 @@ def gcra_plan(key: str, rule: Rule, cost: int) -> GcraPlan:
         plan = GcraPlan("soft", cost, primary, _params(rule), key + NOMINAL_SUFFIX)
     elif rule.mode == "elastic" and rule.elastic_pool is not None:
         pool = rule.elastic_pool
-        plan = GcraPlan("elastic", cost, _params(rule), _params(pool.rule), pool.key)
+        if not pool.read_only:
+            plan = GcraPlan("elastic", cost, _params(rule), _params(pool.rule), pool.key)
+        else:  # spare capacity under the pool's nominal limit: a soft pool's shadow key
+            pool_key = pool.key + NOMINAL_SUFFIX if pool.rule.mode == "soft" else pool.key
+            plan = GcraPlan("elastic_read", cost, _params(rule), _params(pool.rule), pool_key)
     else:
         plan = GcraPlan("hard", cost, _params(rule), None, None)
     if cost * plan.primary.interval_us > plan.primary.tau_us + _EPS_US:
@@ -263,6 +276,10 @@ class MemoryRateLimiter:
                 self._store(skey, now_us, s_used)
                 return Allowed(_remaining(s, s_used), _ceil_ms(s_used))
             return Allowed(0, _ceil_ms(s_ahead), over_limit=True)
+        if plan.mode == "elastic_read":  # the pool's owner charges it; only read it
+            if admitted:
+                return Allowed(_remaining(p, used), _ceil_ms(used))
+            return Allowed(0, _ceil_ms(ahead), over_limit=True) if s_admits else rejected
         if admitted:  # elastic: charge the pool so it measures aggregate pace, never past full
             self._store(skey, now_us, min(s_used, s.tau_us))
             return Allowed(_remaining(p, used), _ceil_ms(used))

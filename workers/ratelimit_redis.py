@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 # Decides a batch atomically at one server TIME. Request i uses KEYS[2i-1] (its key) and
-# KEYS[2i] (soft: nominal shadow key, elastic: pool key, hard: unused) and ARGV[6i-5..6i]:
+# KEYS[2i] (soft: nominal shadow key, elastic/elastic_read: pool key, hard: unused) and ARGV[6i-5..6i]:
 # interval_us, tau_us, cost, mode, secondary interval_us, secondary tau_us. Returns five
 # integers per request: admitted, remaining, retry_after_ms, reset_after_ms, over_limit.
 GCRA_LUA = """
@@ -90,6 +90,11 @@ local function decide(key, s_key, interval, tau, cost, mode, s_interval, s_tau)
       return {1, remaining(s_interval, s_tau, s_used), 0, ceil_ms(s_used), 0}
     end
     return {1, 0, 0, ceil_ms(s_ahead), 1}
+  end
+  if mode == 'elastic_read' then
+    if admitted then return {1, remaining(interval, tau, used), 0, ceil_ms(used), 0} end
+    if s_admits then return {1, 0, 0, ceil_ms(ahead), 1} end
+    return rejected
   end
   if admitted then
     store(s_key, math.min(s_used, s_tau))

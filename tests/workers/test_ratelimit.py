@@ -188,6 +188,41 @@ async def test_elastic_mode_borrows_spare_pool_capacity(limiter: MemoryRateLimit
     assert not await limiter.acquire("tenant:a", rule)
 
 
+async def test_a_read_only_pool_lends_its_spare_capacity_without_being_charged(
+    limiter: MemoryRateLimiter, clock: FakeClock
+) -> None:
+    pacing = Rule("acme-account", limit=4, period_s=1.0)  # its owner charges it for every call
+    cap = Rule(
+        "cap", limit=1, period_s=1.0, mode="elastic", elastic_pool=ElasticPool("provider:acme", pacing, True)
+    )
+    assert await limiter.acquire("provider:acme", pacing)
+
+    own = await limiter.acquire("user:a", cap)
+    borrowed = [await limiter.acquire("user:a", cap) for _ in range(5)]
+
+    assert own == Allowed(remaining=0, reset_after_ms=1000)
+    # over its own limit it borrows while the pool has room; reading the pool never fills it
+    assert borrowed == [Allowed(remaining=0, reset_after_ms=1000, over_limit=True)] * 5
+    assert [bool(await limiter.acquire("provider:acme", pacing)) for _ in range(4)] == [True] * 3 + [False]
+    # the owner filled the pool: the elastic rule is held at its own limit
+    assert await limiter.acquire("user:a", cap) == RetryAfter(retry_after_ms=1000, reset_after_ms=1000)
+    clock.now_s = 0.25  # one pool slot back (T = 250 ms); the cap's own bucket is still empty
+    assert (await limiter.acquire("user:a", cap)) == Allowed(0, 750, over_limit=True)
+
+
+async def test_a_read_only_soft_pool_lends_only_below_its_nominal_limit(limiter: MemoryRateLimiter) -> None:
+    pacing = Rule("acme-account", limit=2, period_s=1.0, mode="soft", overshoot_pct=100)
+    cap = Rule(
+        "cap", limit=1, period_s=1.0, mode="elastic", elastic_pool=ElasticPool("provider:acme", pacing, True)
+    )
+    assert await limiter.acquire("user:a", cap)
+    assert await limiter.acquire("provider:acme", pacing)
+    assert await limiter.acquire("user:a", cap)  # nominal room left: borrowed
+
+    assert await limiter.acquire("provider:acme", pacing)  # nominal limit reached, overshoot left
+    assert not await limiter.acquire("user:a", cap)
+
+
 async def test_acquire_many_equals_sequential_acquire(clock: FakeClock) -> None:
     requests = [(f"k{i % 3}", TEN_PER_S, 1 + i % 4) for i in range(20)]
     batched, sequential = MemoryRateLimiter(clock=clock), MemoryRateLimiter(clock=clock)

@@ -77,6 +77,7 @@ def assert_close(actual: list[Decision], expected: list[Decision]) -> None:
 
 
 POOL = ElasticPool("pool", Rule("pool", limit=8, period_s=3600.0))
+READ_ONLY_POOL = ElasticPool("pool", POOL.rule, read_only=True)
 TIMELINES: dict[str, list[tuple[str, Rule, int]]] = {
     "burst_then_reject": [("k", HOURLY, 1)] * 12,
     "burst_capacity": [("k", Rule("burst", limit=10, period_s=3600.0, burst=3), 1)] * 14,
@@ -84,6 +85,10 @@ TIMELINES: dict[str, list[tuple[str, Rule, int]]] = {
     "soft": [("k", Rule("soft", limit=10, period_s=3600.0, mode="soft", overshoot_pct=30), 1)] * 14,
     "elastic": [("a", Rule("el", limit=3, period_s=3600.0, mode="elastic", elastic_pool=POOL), 1)] * 10
     + [("b", Rule("el", limit=3, period_s=3600.0, mode="elastic", elastic_pool=POOL), 1)] * 4,
+    "elastic_read": [("pool", POOL.rule, 1)] * 5
+    + [("a", Rule("el", limit=2, period_s=3600.0, mode="elastic", elastic_pool=READ_ONLY_POOL), 1)] * 6
+    + [("pool", POOL.rule, 1)] * 4
+    + [("a", Rule("el", limit=2, period_s=3600.0, mode="elastic", elastic_pool=READ_ONLY_POOL), 1)] * 2,
 }
 
 
