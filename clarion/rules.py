@@ -14,6 +14,12 @@ How a DB rule maps to a `workers.ratelimit.Rule` (key per rule id, so rules neve
   enforces that as a bucket of ``limit`` refilled one message per ``period_s``: exact for the
   first window after a quiet spell, and stricter than a sliding window under sustained traffic
   (never looser).
+
+Modes: ``hard`` and ``soft`` as in `workers.ratelimit`. An ``elastic`` rule (recipient scope
+only, see `api.rate_limits`) is hard on its own key and borrows from the spare capacity of a pool
+its caller passes to `RuleSpec.to_rule`: the worker passes the provider pacing key the
+notification was just charged to (`workers.throttle`). Without a pool (no pacing rule applies)
+there is nothing to borrow from, and the rule is enforced as ``hard``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from workers.ratelimit import Rule
+from workers.ratelimit import ElasticPool, Rule
 
 log = logging.getLogger(__name__)
 
@@ -71,26 +77,26 @@ class RuleSpec:
         """What metrics and outcome details call the rule: its name, else its id."""
         return self.name or str(self.id)
 
-    def to_rule(self, *, rate_factor: float = 1.0) -> Rule:
+    def to_rule(self, *, rate_factor: float = 1.0, elastic_pool: ElasticPool | None = None) -> Rule:
         """The limiter rule (see module docstring); ``rate_factor`` < 1 slows the rate (adaptive
-        provider pacing) without changing the burst."""
-        mode = cast(Literal["hard", "soft"], self.mode if self.mode in ("hard", "soft") else "hard")
+        provider pacing) without changing the burst. An elastic rule borrows from
+        ``elastic_pool``, and is hard without one; other modes ignore it."""
+        mode: Literal["hard", "soft", "elastic"] = "hard"
+        if self.mode == "soft" or (self.mode == "elastic" and elastic_pool is not None):
+            mode = cast(Literal["soft", "elastic"], self.mode)
+        pool = elastic_pool if mode == "elastic" else None
         if self.scope == "recipient":
-            return Rule(
-                str(self.id),
-                limit=1,
-                period_s=self.period_s / rate_factor,
-                burst=self.limit - 1,
-                mode=mode,
-                overshoot_pct=self.overshoot_pct,
-            )
+            limit, period_s, burst = 1, self.period_s / rate_factor, self.limit - 1
+        else:
+            limit, period_s, burst = self.limit, self.period_s / rate_factor, self.burst
         return Rule(
             str(self.id),
-            limit=self.limit,
-            period_s=self.period_s / rate_factor,
-            burst=self.burst,
+            limit=limit,
+            period_s=period_s,
+            burst=burst,
             mode=mode,
             overshoot_pct=self.overshoot_pct,
+            elastic_pool=pool,
         )
 
 

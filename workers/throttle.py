@@ -11,6 +11,15 @@ For each notification, right before the provider call:
    pacing admitted the call, so a notification held back by pacing never uses up its
    recipient's cap.
 
+An **elastic** recipient cap (``mode: elastic``) is held at its limit only while the provider is
+busy: over its own limit, a notification is still sent when the provider pacing it was just
+charged to has spare capacity, i.e. would still admit another call right now (under its nominal
+limit, at its current adaptive pace). The borrowed send was already paid for by pacing, so
+borrowing never lets a provider be called faster than its pacing rules allow. The pool is the
+pacing key (rule and provider account) of this notification with the least room left; with no
+pacing rule for the notification's channel and provider there is nothing to borrow from, and
+the cap is hard. Borrowed sends count as ``decision="borrowed"``.
+
 Over a limit, the rule's action decides: ``delay`` records ``delayed`` with ``not_before`` at the
 earliest time the limiter would admit it (later ones for the same key are spread one emission
 interval apart, so a backlog is republished a slot at a time, not all at once); ``drop`` records
@@ -36,7 +45,16 @@ from providers.settings import ProvidersSettings
 from providers.smtp import SmtpProvider
 from schema.enums import Channel, Priority, Status
 from workers.outcome import Outcome
-from workers.ratelimit import MemoryRateLimiter, RateLimiter, RetryAfter, Rule, build_rate_limiter
+from workers.ratelimit import (
+    Allowed,
+    Decision,
+    ElasticPool,
+    MemoryRateLimiter,
+    RateLimiter,
+    RetryAfter,
+    Rule,
+    build_rate_limiter,
+)
 from workers.recipients import Address
 from workers.render import RenderedContent
 from workers.steps import Row
@@ -76,6 +94,9 @@ def provider_names(settings: ProvidersSettings, channel: Channel) -> Callable[[s
 
     return name_for
 
+
+Check = tuple[RuleSpec, str, Rule, int]
+"""One limiter request of the gate: the rule it enforces, its key, the limiter rule, the cost."""
 
 _process_limiter: MemoryRateLimiter | None = None
 
@@ -178,30 +199,35 @@ class ThrottleGate:
             for name, cost in costs.items()
             for spec in snapshot.provider_rules(tenant, channel, name)
         ]
-        stop = await self._check(row, pacing)
+        paced = await self._acquire(pacing)
+        stop = self._verdict(row, pacing, paced)
         if stop is not None or row["priority"] == Priority.critical.value:
             return stop
+        pool = _spare_capacity_pool(pacing, paced)
         caps = [
-            (spec, _recipient_key(spec, row), spec.to_rule(), 1)
+            (spec, _recipient_key(spec, row), spec.to_rule(elastic_pool=pool), 1)
             for spec in snapshot.recipient_rules(tenant, channel, row["category"])
         ]
-        return await self._check(row, caps)
+        return self._verdict(row, caps, await self._acquire(caps))
 
-    async def _check(self, row: Row, checks: list[tuple[RuleSpec, str, Rule, int]]) -> Outcome | None:
+    async def _acquire(self, checks: list[Check]) -> list[Decision]:
         if not checks:
-            return None
-        decisions = await self.limiter.acquire_many(
+            return []
+        return await self.limiter.acquire_many(
             [(key, rule, min(cost, rule.capacity)) for _, key, rule, cost in checks]
         )
+
+    def _verdict(self, row: Row, checks: list[Check], decisions: list[Decision]) -> Outcome | None:
         refused = [
             (spec, key, rule, d)
             for (spec, key, rule, _), d in zip(checks, decisions, strict=True)
             if isinstance(d, RetryAfter)
         ]
         refused_ids = {id(r[0]) for r in refused}
-        for spec, _, _, _ in checks:
+        for (spec, _, rule, _), d in zip(checks, decisions, strict=True):
             if id(spec) not in refused_ids:
-                metrics.RATELIMIT_DECISIONS.labels(spec.label, "allowed").inc()
+                borrowed = rule.mode == "elastic" and isinstance(d, Allowed) and d.over_limit
+                metrics.RATELIMIT_DECISIONS.labels(spec.label, "borrowed" if borrowed else "allowed").inc()
         if not refused:
             return None
         dropping = [r for r in refused if r[0].action == "drop"]
@@ -238,6 +264,20 @@ class ThrottleGate:
             self._next_slot = {k: v for k, v in self._next_slot.items() if v >= now}
         self._next_slot[key] = due
         return due
+
+
+def _spare_capacity_pool(pacing: list[Check], decisions: list[Decision]) -> ElasticPool | None:
+    """The pacing key (all admitted this call) with the least room left, read-only: its owner,
+    the pacing check, has already charged it for this notification."""
+    admitted = [
+        (d.remaining, key, rule)
+        for (_, key, rule, _), d in zip(pacing, decisions, strict=True)
+        if isinstance(d, Allowed)
+    ]
+    if not admitted:
+        return None
+    _, key, rule = min(admitted, key=lambda a: a[0])
+    return ElasticPool(key, rule, read_only=True)
 
 
 def _recipient_key(spec: RuleSpec, row: dict[str, Any]) -> str:

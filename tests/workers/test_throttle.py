@@ -1,18 +1,24 @@
-"""The throttle gate on the in-process limiter: recipient caps, provider pacing, costs, priority."""
+"""The throttle gate: recipient caps, provider pacing, costs, priority, elastic caps.
+
+Most tests run on the in-process limiter; the elastic caps run on it and on the real Redis.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+from redis.asyncio import Redis
 
 from clarion.rules import RulesCache
 from providers.errors import PermanentProviderError, TransientProviderError
-from workers.ratelimit import MemoryRateLimiter
+from workers.ratelimit import MemoryRateLimiter, RateLimiter
+from workers.ratelimit_redis import RedisRateLimiter
 from workers.recipients import Address
 from workers.render import RenderedContent
 from workers.throttle import AdaptivePacing, ThrottleGate, sms_segments
@@ -52,10 +58,12 @@ class Table:
         return self.rules if "rate_limit_rules" in sql else self.windows
 
 
-def gate_for(*rules: dict[str, Any], pacing: AdaptivePacing | None = None) -> ThrottleGate:
+def gate_for(
+    *rules: dict[str, Any], pacing: AdaptivePacing | None = None, limiter: RateLimiter | None = None
+) -> ThrottleGate:
     return ThrottleGate(
         rules=RulesCache(Table(list(rules)).fetch),
-        limiter=MemoryRateLimiter(),
+        limiter=limiter or MemoryRateLimiter(),
         provider_name=lambda platform: platform or "twilio",
         pacing=pacing,
         clock=lambda: NOW,
@@ -215,3 +223,92 @@ async def test_changed_rules_are_picked_up_after_the_refresh_interval() -> None:
     table.rules.clear()
     await asyncio.sleep(0.06)
     assert await admit_n(gate, 2) == [None, None]
+
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[RateLimiter]:
+    if request.param == "memory":
+        yield MemoryRateLimiter()
+        return
+    prefix = f"clarion-test:{uuid.uuid4()}:"
+    limiter = RedisRateLimiter.from_url(REDIS_URL, prefix=prefix, registry=CollectorRegistry())
+    yield limiter
+    await limiter.aclose()
+    redis = Redis.from_url(REDIS_URL)
+    keys = [key async for key in redis.scan_iter(match=prefix + "*")]
+    if keys:
+        await redis.delete(*keys)
+    await redis.aclose()
+
+
+def hourly_pacing(limit: int, **overrides: Any) -> dict[str, Any]:
+    """Pacing that does not refill during a test: what it lends is what is left of ``limit``."""
+    fields = {"scope": "provider", "provider": "apns", "limit": limit, "period_s": 3600.0, "action": "delay"}
+    return rule_row(**(fields | overrides))
+
+
+def borrowed_count(rule: str) -> float:
+    return (
+        REGISTRY.get_sample_value("clarion_ratelimit_decisions_total", {"rule": rule, "decision": "borrowed"})
+        or 0.0
+    )
+
+
+@pytest.mark.parametrize(("mode", "sent_to_a"), [("hard", 2), ("elastic", 3)])
+async def test_an_elastic_cap_sends_above_its_limit_while_the_provider_has_spare_capacity(
+    limiter: RateLimiter, mode: str, sent_to_a: int
+) -> None:
+    cap = rule_row(name=f"2-push-per-hour-{mode}", channel="push", limit=2, period_s=3600.0, mode=mode)
+    gate = gate_for(cap, hourly_pacing(6), limiter=limiter)
+    borrowed_before = borrowed_count(cap["name"])
+    user_a, user_b = uuid.UUID(int=1), uuid.UUID(int=2)
+
+    to_a = await admit_n(gate, 3, user_id=user_a)  # pacing: 3 of 6 used, room for more
+    to_b = await admit_n(gate, 2, user_id=user_b)  # 5 of 6: room for one more call
+
+    assert [o is None for o in to_a] == [True] * sent_to_a + [False] * (3 - sent_to_a)
+    assert to_b == [None, None]
+    assert borrowed_count(cap["name"]) - borrowed_before == sent_to_a - 2
+    # this call takes the provider's last slot: nothing left to spare, so the cap holds
+    held = await gate.admit(notification(user_id=user_a), HELLO, DEVICE)
+    assert held.status == "throttled" and held.detail == f"rule {cap['name']}"
+
+
+async def test_an_elastic_cap_borrows_from_the_pacing_rule_with_the_least_room(limiter: RateLimiter) -> None:
+    cap = rule_row(name="elastic-cap", channel="push", limit=1, period_s=3600.0, mode="elastic")
+    roomy, tight = hourly_pacing(100, name="roomy"), hourly_pacing(3, name="tight", tenant_id=None)
+    gate = gate_for(cap, roomy, tight, limiter=limiter)
+
+    outcomes = await admit_n(gate, 3)
+
+    # the 2nd borrows (tight: 2 of 3 used); the 3rd takes tight's last slot though roomy has 97
+    assert outcomes[:2] == [None, None]
+    assert outcomes[2].status == "throttled" and outcomes[2].detail == "rule elastic-cap"
+
+
+async def test_an_elastic_cap_with_no_pacing_for_its_notification_holds_at_its_limit(
+    limiter: RateLimiter,
+) -> None:
+    cap = rule_row(name="elastic-cap", channel="push", limit=2, period_s=3600.0, mode="elastic")
+    gate = gate_for(cap, hourly_pacing(100, provider="fcm"), limiter=limiter)  # paces Android only
+
+    outcomes = await admit_n(gate, 3)  # to an iOS device
+
+    assert outcomes[:2] == [None, None]
+    assert outcomes[2].status == "throttled"
+
+
+async def test_an_elastic_cap_over_its_limit_with_delay_waits_for_its_own_window(
+    limiter: RateLimiter,
+) -> None:
+    cap = rule_row(channel="push", limit=1, period_s=60.0, mode="elastic", action="delay")
+    gate = gate_for(cap, hourly_pacing(2), limiter=limiter)
+
+    first, second = await admit_n(gate, 2)
+
+    assert first is None
+    assert second.status == "delayed"  # not before its own window has passed (Redis time moves a little)
+    assert NOW + timedelta(seconds=59) <= second.not_before <= NOW + timedelta(seconds=60)
