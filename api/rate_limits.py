@@ -14,7 +14,23 @@ Which combinations are valid (anything else is a ``422 validation_error``):
 | `provider`  | in the worker, per provider account       | `delay`/`drop`| channel, provider   |
 
 A ``recipient`` rule is a frequency cap (at most ``limit`` per ``period_s``) and takes no
-``burst``. ``elastic`` mode is not offered here: it needs a shared pool no rule describes yet.
+``burst``.
+
+Modes: ``hard`` (the default: never above the limit), ``soft`` (admits ``overshoot_pct`` more)
+and ``elastic``. An elastic rule is a ``recipient`` cap that lets a user receive more than its
+limit while the provider sending the notification has spare capacity. Its pool is the provider
+pacing of the rule's channel (``provider`` rules, the tenant's own or global): for each
+notification, the pacing of the provider account that sends it, the one with the least room
+when several rules apply (see `workers.throttle`). So:
+
+- only ``recipient`` rules may be elastic, and they must name a ``channel`` (the pool is that
+  channel's pacing) and set no ``overshoot_pct`` (``422 validation_error``). Ingress rules cannot
+  be elastic: at the API a send has no provider yet, and nothing paces it there; a provider
+  rule is the pool itself.
+- an enabled elastic rule needs an enabled provider rule that can pace its channel, or it is
+  refused with ``422 elastic_without_pacing`` (create the pacing rule first). If that pacing rule
+  is later deleted or disabled, or a notification goes through a provider no rule paces, the
+  cap has nothing to borrow from and holds at its limit, as a hard rule.
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
 from providers.registry import REAL_PROVIDERS
@@ -36,6 +52,11 @@ _rules = RateLimitRule.__table__  # type: ignore[attr-defined]
 _tenants = Tenant.__table__  # type: ignore[attr-defined]
 
 KNOWN_PROVIDERS = frozenset({field_name for field_name, _ in REAL_PROVIDERS.values()} | {"smtp", "sandbox"})
+PROVIDER_CHANNELS: dict[str, frozenset[str]] = {
+    name: frozenset(channel.value for (channel, _), (n, _) in REAL_PROVIDERS.items() if n == name)
+    for name in KNOWN_PROVIDERS
+} | {"smtp": frozenset({Channel.email.value}), "sandbox": frozenset(c.value for c in Channel)}
+"""The channels each provider account sends on (the sandbox stands in for every channel)."""
 INGRESS_SCOPES = frozenset({"tenant", "api_key"})
 MAX_PERIOD_S = 31 * 24 * 3600.0
 MAX_DEDUPE_WINDOW_S = 7 * 24 * 3600
@@ -56,7 +77,11 @@ class RateLimitIn(BaseModel):
     limit: int = Field(ge=1, le=10_000_000, description="events allowed per period")
     period_s: float = Field(gt=0, le=MAX_PERIOD_S)
     burst: int = Field(default=0, ge=0, le=10_000_000, description="extra events allowed at once")
-    mode: Literal["hard", "soft"] = "hard"
+    mode: Literal["hard", "soft", "elastic"] = Field(
+        default="hard",
+        description="hard: never above the limit; soft: overshoot_pct more; elastic (recipient rules "
+        "with a channel): above the limit while that channel's provider pacing has spare capacity",
+    )
     overshoot_pct: float = Field(default=0.0, ge=0, le=1000, description="soft mode: tolerated excess, %")
     action: Literal["reject", "delay", "drop"] | None = Field(
         default=None, description="default: reject for tenant/api_key scopes, delay otherwise"
@@ -86,7 +111,26 @@ class RateLimitIn(BaseModel):
             raise ValueError("a recipient rule is a frequency cap: at most 'limit' per 'period_s', no burst")
         if self.mode == "soft" and self.overshoot_pct == 0:
             raise ValueError("a soft rule needs overshoot_pct > 0")
+        if self.mode == "elastic":
+            self._check_elastic()
         return self
+
+    def _check_elastic(self) -> None:
+        if self.scope in INGRESS_SCOPES:
+            raise ValueError(
+                f"a {self.scope} rule cannot be elastic: it is enforced at the API, before a send has a "
+                "provider whose spare capacity it could borrow; use mode 'soft' for a tolerated excess"
+            )
+        if self.scope == "provider":
+            raise ValueError(
+                "a provider rule cannot be elastic: it is the pacing that elastic recipient rules borrow from"
+            )
+        if self.channel is None:
+            raise ValueError("an elastic rule borrows from the provider pacing of one channel: set 'channel'")
+        if self.overshoot_pct:
+            raise ValueError(
+                "overshoot_pct is for soft rules; an elastic rule's excess is what its provider can spare"
+            )
 
 
 class RateLimitOut(BaseModel):
@@ -132,9 +176,41 @@ def _not_found(rule_id: UUID) -> ApiError:
     return ApiError(404, "not_found", f"No rate-limit rule {rule_id}.")
 
 
+def _serves(provider: str | None, channel: str) -> bool:
+    """Whether a pacing rule for ``provider`` (None: any) can pace sends on ``channel``."""
+    return provider is None or channel in PROVIDER_CHANNELS.get(provider, ())
+
+
+async def _require_pacing(conn: AsyncConnection, *, tenant_id: str, rule: RateLimitIn) -> None:
+    """Refuse an enabled elastic rule with no enabled provider rule to borrow from (see module
+    docstring); checked in the transaction that stores the rule."""
+    if rule.mode != "elastic" or not rule.enabled or rule.channel is None:
+        return
+    channel = rule.channel.value
+    rows = await conn.execute(
+        sa.select(_rules.c.provider).where(
+            _rules.c.scope == "provider",
+            _rules.c.enabled,
+            sa.or_(_rules.c.tenant_id.is_(None), _rules.c.tenant_id == tenant_id),
+            sa.or_(_rules.c.channel.is_(None), _rules.c.channel == channel),
+        )
+    )
+    if not any(_serves(provider, channel) for (provider,) in rows):
+        raise ApiError(
+            422,
+            "elastic_without_pacing",
+            f"An elastic rule borrows the spare capacity of the provider pacing for its channel, and no "
+            f"enabled provider rule paces '{channel}'. Create one first (scope 'provider', channel "
+            f"'{channel}'), or use mode 'hard' or 'soft'.",
+            {"field": "mode", "channel": channel},
+        )
+
+
 async def create_rule(*, engine: AsyncEngine, tenant_id: str, rule: RateLimitIn) -> RateLimitOut:
-    """Store a new rule for the tenant; enforced everywhere within a few seconds."""
+    """Store a new rule for the tenant; enforced everywhere within a few seconds. ``422
+    elastic_without_pacing`` for an elastic rule with no provider pacing to borrow from."""
     async with engine.begin() as conn:
+        await _require_pacing(conn, tenant_id=tenant_id, rule=rule)
         row = (
             await conn.execute(_rules.insert().values(tenant_id=tenant_id, **_values(rule)).returning(_rules))
         ).one()
@@ -168,7 +244,8 @@ async def get_rule(*, engine: AsyncEngine, tenant_id: str, rule_id: UUID) -> Rat
 async def replace_rule(
     *, engine: AsyncEngine, tenant_id: str, rule_id: UUID, rule: RateLimitIn
 ) -> RateLimitOut:
-    """Replace every field of the rule (its limiter state carries over); ``404`` if not the tenant's."""
+    """Replace every field of the rule (its limiter state carries over); ``404`` if not the
+    tenant's, ``422 elastic_without_pacing`` as for `create_rule`."""
     async with engine.begin() as conn:
         row = (
             await conn.execute(
@@ -178,8 +255,10 @@ async def replace_rule(
                 .returning(_rules)
             )
         ).first()
-    if row is None:
-        raise _not_found(rule_id)
+        if row is None:
+            raise _not_found(rule_id)
+        # after the update: a provider rule replaced by this one no longer paces anything
+        await _require_pacing(conn, tenant_id=tenant_id, rule=rule)
     return RateLimitOut.model_validate(row, from_attributes=True)
 
 

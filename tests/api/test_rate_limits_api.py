@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.api.test_send_validation import assert_error
@@ -66,6 +68,11 @@ async def test_ingress_rules_default_to_reject_and_worker_rules_to_delay(client:
         ({"burst": 2}, "body"),  # a frequency cap has no burst
         ({"scope": "provider", "provider": "pigeon"}, "body"),
         ({"mode": "soft"}, "body"),  # soft without an overshoot is hard
+        ({"mode": "elastic", "scope": "tenant", "channel": None, "action": "reject"}, "body"),
+        ({"mode": "elastic", "scope": "api_key", "channel": None, "action": "reject"}, "body"),
+        ({"mode": "elastic", "scope": "provider", "provider": "apns"}, "body"),  # it is the pool
+        ({"mode": "elastic", "channel": None}, "body"),  # which channel's pacing to borrow from?
+        ({"mode": "elastic", "overshoot_pct": 50}, "body"),
         ({"colour": "red"}, "colour"),
     ],
 )
@@ -110,3 +117,99 @@ async def test_content_dedupe_window_is_set_read_and_turned_off(client: httpx.As
     )
     off = await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": None})
     assert off.json() == {"content_dedupe_window_s": None}
+
+
+def pacing(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "apns-pacing",
+        "scope": "provider",
+        "channel": "push",
+        "provider": "apns",
+        "limit": 100,
+        "period_s": 1,
+    }
+    body.update(overrides)
+    return body
+
+
+async def test_an_elastic_cap_is_accepted_once_its_channel_is_paced(client: httpx.AsyncClient) -> None:
+    assert (await client.post("/v1/rate-limits", json=pacing())).status_code == 201
+
+    created = await client.post("/v1/rate-limits", json=cap(mode="elastic"))
+
+    assert created.status_code == 201, created.text
+    rule = created.json()
+    assert (rule["mode"], rule["channel"], rule["overshoot_pct"]) == ("elastic", "push", 0.0)
+    hard = await client.put(f"/v1/rate-limits/{rule['id']}", json=cap())
+    assert hard.status_code == 200 and hard.json()["mode"] == "hard"
+    elastic = await client.put(f"/v1/rate-limits/{rule['id']}", json=cap(mode="elastic", limit=5))
+    assert elastic.status_code == 200 and (elastic.json()["mode"], elastic.json()["limit"]) == ("elastic", 5)
+
+
+async def test_an_elastic_cap_with_no_pacing_for_its_channel_is_refused(client: httpx.AsyncClient) -> None:
+    # pacing for SMS only: nothing measures what the push provider can spare
+    await client.post("/v1/rate-limits", json=pacing(channel="sms", provider="twilio"))
+    await client.post("/v1/rate-limits", json=pacing(channel=None, provider="twilio"))  # never sends push
+    await client.post("/v1/rate-limits", json=pacing(enabled=False))
+
+    error = assert_error(
+        await client.post("/v1/rate-limits", json=cap(mode="elastic")), 422, "elastic_without_pacing"
+    )
+
+    assert error["details"] == {"field": "mode", "channel": "push"}
+    assert "push" in error["message"] and "provider" in error["message"]
+    hard = (await client.post("/v1/rate-limits", json=cap())).json()
+    assert_error(
+        await client.put(f"/v1/rate-limits/{hard['id']}", json=cap(mode="elastic")),
+        422,
+        "elastic_without_pacing",
+    )
+    assert (await client.get(f"/v1/rate-limits/{hard['id']}")).json()["mode"] == "hard"
+    # a disabled elastic rule enforces nothing yet: it may wait for its pacing rule
+    draft = await client.post("/v1/rate-limits", json=cap(mode="elastic", enabled=False))
+    assert draft.status_code == 201, draft.text
+
+
+async def test_a_pacing_rule_turned_into_the_elastic_cap_no_longer_counts_as_its_pool(
+    client: httpx.AsyncClient,
+) -> None:
+    paced = (await client.post("/v1/rate-limits", json=pacing())).json()
+
+    replaced = await client.put(f"/v1/rate-limits/{paced['id']}", json=cap(mode="elastic"))
+
+    assert_error(replaced, 422, "elastic_without_pacing")
+    assert (await client.get(f"/v1/rate-limits/{paced['id']}")).json()["scope"] == "provider"
+
+
+@pytest.mark.parametrize("paced_by", [{"provider": None}, {"channel": None}, {"provider": "sandbox"}])
+async def test_pacing_of_any_provider_serving_the_channel_is_a_pool(
+    client: httpx.AsyncClient, paced_by: dict[str, Any]
+) -> None:
+    await client.post("/v1/rate-limits", json=pacing(**paced_by))
+
+    created = await client.post("/v1/rate-limits", json=cap(mode="elastic"))
+
+    assert created.status_code == 201, created.text
+
+
+async def test_a_global_pacing_rule_is_a_pool_for_every_tenant(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    rule_id = uuid.uuid4()
+    async with engine.begin() as conn:  # operators manage global rules in the database
+        await conn.execute(
+            sa.text(
+                'INSERT INTO rate_limit_rules (id, name, scope, channel, provider, "limit", period_s, burst,'
+                " mode, overshoot_pct, action, enabled)"
+                " VALUES (:id, 'global-email-pacing', 'provider', 'email', NULL, 10000000, 1, 0, 'hard', 0,"
+                " 'delay', true)"
+            ),
+            {"id": rule_id},
+        )
+    try:
+        created = await client.post("/v1/rate-limits", json=cap(mode="elastic", channel="email"))
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM rate_limit_rules WHERE id = :id"), {"id": rule_id})
+
+    assert created.status_code == 201, created.text

@@ -113,3 +113,33 @@ async def test_provider_pacing_spaces_calls_to_the_provider(stack: Stack, client
     times = sorted(datetime.fromisoformat(c) for c in calls)
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
     assert all(g >= 0.95 for g in gaps), gaps
+
+
+async def test_an_elastic_cap_sends_above_its_limit_until_the_provider_has_nothing_to_spare(
+    stack: Stack, client: httpx.AsyncClient
+) -> None:
+    # an hour-long pacing that does not refill during the test: 4 calls, then nothing to spare
+    await add_rule(
+        client, name="sandbox-4-per-hour", scope="provider", provider="sandbox", limit=4, period_s=3600
+    )
+    await add_rule(
+        client,
+        name="1-push-per-hour-elastic",
+        scope="recipient",
+        channel="push",
+        limit=1,
+        period_s=3600,
+        mode="elastic",
+        action="drop",
+    )
+    ids = []
+    for user in ("u-elastic", "u-elastic", "u-neighbour", "u-elastic"):
+        ids.append(await send(client, push_to(user)))
+        await wait_final(client, ids[-1])
+
+    bodies = [await status_of(client, nid) for nid in ids]
+    # 2nd: over the cap, borrowed (2 of the provider's 4 calls used); 3rd: another user's own
+    # allowance; 4th: the provider's last call leaves nothing to spare, so the cap holds
+    assert [b["status"] for b in bodies] == ["sent", "sent", "sent", "throttled"]
+    assert bodies[3]["history"][-1]["detail"] == "rule 1-push-per-hour-elastic"
+    assert [len(await sandbox_for(client, nid)) for nid in ids] == [1, 1, 1, 0]
