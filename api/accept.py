@@ -1,14 +1,24 @@
-"""Accepting a send: validate against the tenant's data, persist to the log, hand to the outbox.
+"""Accepting sends: validate against the tenant's data, persist to the log, hand to the outbox.
 
 The row is committed before the caller hears ``202``; publishing happens after, and the outbox
-relay republishes anything that never reached the broker. This is the API's hot path, so it runs
-plain SQL on an asyncpg pool: four short statements in one transaction.
+relay republishes anything that never reached the broker.
+
+This is the API's hot path, and on these machines every database round trip costs more than the
+work it carries, so :func:`accept_many` is set-based: any number of sends, of one tenant or
+several, are accepted in one transaction with the same few statements, whatever their number.
+It reads first (earlier uses of the event ids, the users, their devices, the templates), so a send
+refused for something the caller must fix writes nothing; then it writes what passed (users,
+devices, notifications), each in a sorted order so concurrent transactions never deadlock.
+Sends that must be applied one after another (the same event id twice, or the same user with
+different contact details) go in successive rounds of that transaction: the result is what
+accepting them one by one, in order, would give.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +33,7 @@ from schema.enums import Channel, Status
 from schema.ids import uuid7
 from schema.messages import NotificationMessage
 from workers.render import Renderer, RenderError
-from workers.templates import resolve_template_pg
+from workers.templates import TemplateSource, resolve_template_pg
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +45,32 @@ class AcceptResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Send:
+    """One send to accept: who asks, what, and the hash that tells a repeat from a conflict."""
+
+    principal: Principal
+    req: NotificationIn
+    digest: str
+
+    @classmethod
+    def of(cls, principal: Principal, req: NotificationIn) -> Send:
+        return cls(principal, req, request_hash(req))
+
+    @property
+    def event_key(self) -> tuple[str, str]:
+        return self.principal.tenant_id, self.req.event_id
+
+    @property
+    def user_key(self) -> tuple[str, str]:
+        return self.principal.tenant_id, self.req.external_user_id
+
+
+Decision = AcceptResult | ApiError
+
+
+@dataclass(slots=True)
 class _Recipient:
-    id: UUID
+    id: UUID | None  # None: a user this send creates
     email: str | None
     phone: str | None
     locale: str | None
@@ -51,9 +85,22 @@ def transition(status: str, detail: str | None = None, at: datetime | None = Non
     return {"status": status, "at": (at or datetime.now(UTC)).isoformat(), "detail": detail}
 
 
-UPSERT_USER = """
+EXISTING = """
+SELECT n.tenant_id, n.event_id, n.id, n.status, n.request_hash
+  FROM notifications n
+  JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, event_id)
+    ON n.tenant_id = k.tenant_id AND n.event_id = k.event_id
+"""
+USERS = """
+SELECT u.tenant_id, u.external_id, u.id, u.email, u.phone, u.locale
+  FROM users u
+  JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, external_id)
+    ON u.tenant_id = k.tenant_id AND u.external_id = k.external_id
+"""
+DEVICES = "SELECT user_id, platform, token, active FROM devices WHERE user_id = ANY($1::uuid[])"
+UPSERT_USERS = """
 INSERT INTO users (id, tenant_id, external_id, email, phone, locale, timezone)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
 ON CONFLICT ON CONSTRAINT uq_users_tenant_external DO UPDATE
    SET email = coalesce(EXCLUDED.email, users.email),
        phone = coalesce(EXCLUDED.phone, users.phone),
@@ -62,60 +109,29 @@ ON CONFLICT ON CONSTRAINT uq_users_tenant_external DO UPDATE
        updated_at = CASE WHEN (EXCLUDED.email, EXCLUDED.phone, EXCLUDED.locale, EXCLUDED.timezone)
                               IS NOT DISTINCT FROM (users.email, users.phone, users.locale, users.timezone)
                          THEN users.updated_at ELSE now() END
-RETURNING id, email, phone, locale
+RETURNING tenant_id, external_id, id
 """
-
 # Inline devices never reactivate a token a provider reported dead; explicit registration does.
 INSERT_DEVICES = """
 INSERT INTO devices (id, user_id, platform, token)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[])
 ON CONFLICT DO NOTHING
 """
-
-KNOWN_USER = "SELECT id, email, phone, locale FROM users WHERE tenant_id = $1 AND external_id = $2"
-HAS_DEVICE = "SELECT EXISTS (SELECT 1 FROM devices WHERE user_id = $1 AND active)"
-EXISTING = "SELECT id, status, request_hash FROM notifications WHERE tenant_id = $1 AND event_id = $2"
 INSERT = """
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,
                            template, template_version, locale, content, data, send_at, expires_at, status,
                            not_before, history, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 0)
+SELECT id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
+       template_version, locale, content::jsonb, data::jsonb, send_at, expires_at, status, not_before,
+       history::jsonb, 0
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
+              $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
+              $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[])
+       AS v(id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
+            template_version, locale, content, data, send_at, expires_at, status, not_before, history)
 ON CONFLICT ON CONSTRAINT uq_notifications_event DO NOTHING
 RETURNING id
 """
-
-
-async def _upsert_user(conn: asyncpg.Connection, tenant_id: str, user: UserIn) -> _Recipient:
-    row = await conn.fetchrow(
-        UPSERT_USER, uuid7(), tenant_id, user.id, user.email, user.phone, user.locale, user.timezone
-    )
-    if user.devices:
-        await conn.execute(
-            INSERT_DEVICES,
-            [uuid7() for _ in user.devices],
-            [row["id"]] * len(user.devices),
-            [d.platform.value for d in user.devices],
-            [d.token for d in user.devices],
-        )
-    return _Recipient(row["id"], row["email"], row["phone"], row["locale"])
-
-
-async def _known_user(conn: asyncpg.Connection, tenant_id: str, external_id: str) -> _Recipient:
-    row = await conn.fetchrow(KNOWN_USER, tenant_id, external_id)
-    if row is None:
-        raise ApiError(
-            422, "unknown_user", f"No user '{external_id}'; send 'user' with contact details instead."
-        )
-    return _Recipient(row["id"], row["email"], row["phone"], row["locale"])
-
-
-async def _check_contact(conn: asyncpg.Connection, channel: Channel, user: _Recipient) -> None:
-    if channel is Channel.email and not user.email:
-        raise ApiError(422, "no_contact", "The user has no email address for the email channel.")
-    if channel is Channel.sms and not user.phone:
-        raise ApiError(422, "no_contact", "The user has no phone number for the sms channel.")
-    if channel is Channel.push and not await conn.fetchval(HAS_DEVICE, user.id):
-        raise ApiError(422, "no_device", "The user has no active push device; register one first.")
 
 
 def render_error(exc: RenderError) -> ApiError:
@@ -130,92 +146,292 @@ def render_error(exc: RenderError) -> ApiError:
     return ApiError(422, code, exc.message, details)
 
 
-async def _check_content(
-    conn: asyncpg.Connection, renderer: Renderer, principal: Principal, req: NotificationIn, user: _Recipient
-) -> tuple[int | None, str | None]:
-    """Render once now so a send that cannot render is refused (422) rather than failing later."""
-    if req.content is not None:
-        subject = req.content.subject if req.channel is Channel.email else req.content.title
-        try:
-            renderer.render(subject=subject, body=req.content.body, html=req.content.html, data=req.data)
-        except RenderError as exc:
-            raise render_error(exc) from None
-        return None, None
-    assert req.template is not None
-    locale = user.locale or principal.default_locale
-    template = await resolve_template_pg(
-        conn=conn, tenant_id=principal.tenant_id, name=req.template, channel=req.channel.value,
-        locale=locale, version=req.template_version, default_locale=principal.default_locale,
-    )  # fmt: skip
-    if template is None:
-        version = f" version {req.template_version}" if req.template_version else ""
-        raise ApiError(
-            422,
-            "unknown_template",
-            f"No {req.channel.value} template '{req.template}'{version} for locale '{locale}'.",
+async def accept_many(
+    *, conn: asyncpg.Connection, renderer: Renderer, sends: Sequence[Send]
+) -> list[Decision]:
+    """Accept ``sends`` in one transaction; returns, in order, each one's ``AcceptResult`` or the
+    ``ApiError`` (4xx) that refused it. A refused send writes nothing.
+
+    A repeat of an event id returns the first notification (``duplicate``); a repeat with a
+    different body is a 409. Raises only what the database raises (the transaction is then rolled
+    back whole: nothing of any send is kept).
+    """
+    decisions: list[Decision | None] = [None] * len(sends)
+    todo = list(range(len(sends)))
+    async with conn.transaction():
+        while todo:
+            now, todo = _next_round(sends, todo)
+            await _accept_round(conn, renderer, sends, now, decisions)
+    assert all(d is not None for d in decisions)
+    return decisions  # type: ignore[return-value]
+
+
+def _next_round(sends: Sequence[Send], todo: list[int]) -> tuple[list[int], list[int]]:
+    """Split ``todo`` into sends that can be accepted together and those that must wait for them."""
+    events: set[tuple[str, str]] = set()
+    upserted: dict[tuple[str, str], UserIn] = {}
+    now: list[int] = []
+    later: list[int] = []
+    for i in todo:
+        send = sends[i]
+        user = send.req.user
+        waits = send.event_key in events or (
+            upserted.get(send.user_key, user) != user if user is not None else send.user_key in upserted
         )
-    try:
-        renderer.render(subject=template.subject, body=template.body, html=template.html, data=req.data)
-    except RenderError as exc:
-        raise render_error(exc) from None
-    return template.version, template.locale
+        if waits:
+            later.append(i)
+            continue
+        events.add(send.event_key)
+        if user is not None:
+            upserted[send.user_key] = user
+        now.append(i)
+    return now, later
 
 
-async def _existing(
-    conn: asyncpg.Connection, tenant_id: str, event_id: str, digest: str
-) -> AcceptResult | None:
-    row = await conn.fetchrow(EXISTING, tenant_id, event_id)
-    if row is None:
-        return None
-    if row["request_hash"] != digest:
-        raise ApiError(
+async def _accept_round(
+    conn: asyncpg.Connection,
+    renderer: Renderer,
+    sends: Sequence[Send],
+    batch: list[int],
+    decisions: list[Decision | None],
+) -> None:
+    fresh = await _not_repeats(conn, sends, batch, decisions)
+    recipients = await _recipients(conn, sends, fresh, decisions)
+    await _check_push_devices(conn, sends, recipients, decisions)
+    versions = await _check_content(conn, renderer, sends, recipients, decisions)
+    passed = [i for i in fresh if decisions[i] is None]
+    if not passed:
+        return
+    ids = await _upsert_users(conn, sends, passed)
+    for i in passed:
+        if sends[i].req.user is not None:
+            recipients[i].id = ids[sends[i].user_key]
+    await _insert_devices(conn, sends, passed, recipients)
+    await _insert_notifications(conn, sends, passed, recipients, versions, decisions)
+
+
+async def _not_repeats(
+    conn: asyncpg.Connection, sends: Sequence[Send], batch: list[int], decisions: list[Decision | None]
+) -> list[int]:
+    """Decide the sends whose event id was used before; return the others."""
+    seen = await _existing(conn, [sends[i] for i in batch])
+    fresh = []
+    for i in batch:
+        row = seen.get(sends[i].event_key)
+        if row is None:
+            fresh.append(i)
+        else:
+            decisions[i] = _repeat(row, sends[i])
+    return fresh
+
+
+async def _existing(conn: asyncpg.Connection, sends: list[Send]) -> dict[tuple[str, str], asyncpg.Record]:
+    rows = await conn.fetch(EXISTING, [s.principal.tenant_id for s in sends], [s.req.event_id for s in sends])
+    return {(r["tenant_id"], r["event_id"]): r for r in rows}
+
+
+def _repeat(row: asyncpg.Record, send: Send) -> Decision:
+    if row["request_hash"] != send.digest:
+        return ApiError(
             409,
             "event_id_conflict",
-            f"event_id '{event_id}' was already used for a different notification.",
+            f"event_id '{send.req.event_id}' was already used for a different notification.",
             {"id": str(row["id"])},
         )
     return AcceptResult(row["id"], row["status"], True, None)
 
 
-async def accept_notification(
-    *, pool: asyncpg.Pool, renderer: Renderer, principal: Principal, req: NotificationIn
-) -> AcceptResult:
-    """Persist one send and return its id. Repeats of an event_id return the first notification
-    (``duplicate``); a repeat with a different body is a 409.
-
-    Raises ``ApiError`` (4xx) for anything the caller must fix; nothing is written then.
-    """
-    digest = request_hash(req)
-    async with pool.acquire() as conn, conn.transaction():
-        existing = await _existing(conn, principal.tenant_id, req.event_id, digest)
-        if existing is not None:
-            return existing
-        user = (
-            await _upsert_user(conn, principal.tenant_id, req.user)
-            if req.user is not None
-            else await _known_user(conn, principal.tenant_id, req.external_user_id)
+async def _recipients(
+    conn: asyncpg.Connection, sends: Sequence[Send], fresh: list[int], decisions: list[Decision | None]
+) -> dict[int, _Recipient]:
+    """Each send's recipient as it will be once its inline details are upserted; refuses sends to an
+    unknown ``user_id`` and sends whose channel has no contact."""
+    if not fresh:
+        return {}
+    keys = [sends[i].user_key for i in fresh]
+    rows = await conn.fetch(USERS, [k[0] for k in keys], [k[1] for k in keys])
+    known = {(r["tenant_id"], r["external_id"]): r for r in rows}
+    recipients: dict[int, _Recipient] = {}
+    for i in fresh:
+        req = sends[i].req
+        row = known.get(sends[i].user_key)
+        if req.user is None and row is None:
+            decisions[i] = ApiError(
+                422, "unknown_user", f"No user '{req.user_id}'; send 'user' with contact details instead."
+            )
+            continue
+        user = req.user
+        recipient = _Recipient(
+            row["id"] if row else None,
+            (user.email if user else None) or (row["email"] if row else None),
+            (user.phone if user else None) or (row["phone"] if row else None),
+            (user.locale if user else None) or (row["locale"] if row else None),
         )
-        await _check_contact(conn, req.channel, user)
-        version, locale = await _check_content(conn, renderer, principal, req, user)
-        now = datetime.now(UTC)
+        if req.channel is Channel.email and not recipient.email:
+            decisions[i] = ApiError(422, "no_contact", "The user has no email address for the email channel.")
+        elif req.channel is Channel.sms and not recipient.phone:
+            decisions[i] = ApiError(422, "no_contact", "The user has no phone number for the sms channel.")
+        else:
+            recipients[i] = recipient
+    return recipients
+
+
+async def _check_push_devices(
+    conn: asyncpg.Connection,
+    sends: Sequence[Send],
+    recipients: dict[int, _Recipient],
+    decisions: list[Decision | None],
+) -> None:
+    """Refuse push sends whose user will have no active device (inline tokens a provider reported
+    dead stay inactive)."""
+    push = [i for i in recipients if sends[i].req.channel is Channel.push]
+    if not push:
+        return
+    known = [recipients[i].id for i in push if recipients[i].id is not None]
+    tokens: dict[UUID, dict[tuple[str, str], bool]] = {}
+    for row in await conn.fetch(DEVICES, known) if known else []:
+        tokens.setdefault(row["user_id"], {})[(row["platform"], row["token"])] = row["active"]
+    for i in push:
+        user_id = recipients[i].id
+        existing = tokens.get(user_id, {}) if user_id is not None else {}
+        user = sends[i].req.user
+        inline = user.devices if user is not None else []
+        if not any(existing.values()) and all((d.platform.value, d.token) in existing for d in inline):
+            decisions[i] = ApiError(
+                422, "no_device", "The user has no active push device; register one first."
+            )
+            del recipients[i]
+
+
+async def _check_content(
+    conn: asyncpg.Connection,
+    renderer: Renderer,
+    sends: Sequence[Send],
+    recipients: dict[int, _Recipient],
+    decisions: list[Decision | None],
+) -> dict[int, TemplateSource]:
+    """Render once now so a send that cannot render is refused (422) rather than failing later.
+    Returns the template each templated send will use."""
+    resolved: dict[tuple[Any, ...], TemplateSource | None] = {}
+    templates: dict[int, TemplateSource] = {}
+    for i, recipient in list(recipients.items()):
+        principal, req = sends[i].principal, sends[i].req
+        if req.content is not None:
+            subject = req.content.subject if req.channel is Channel.email else req.content.title
+            source: tuple[str | None, str, str | None] = (subject, req.content.body, req.content.html)
+        else:
+            locale = recipient.locale or principal.default_locale
+            key = (principal.tenant_id, req.template, req.channel, locale, req.template_version)
+            if key not in resolved:
+                resolved[key] = await resolve_template_pg(
+                    conn=conn, tenant_id=principal.tenant_id, name=str(req.template),
+                    channel=req.channel.value, locale=locale, version=req.template_version,
+                    default_locale=principal.default_locale,
+                )  # fmt: skip
+            template = resolved[key]
+            if template is None:
+                version = f" version {req.template_version}" if req.template_version else ""
+                decisions[i] = ApiError(
+                    422,
+                    "unknown_template",
+                    f"No {req.channel.value} template '{req.template}'{version} for locale '{locale}'.",
+                )
+                del recipients[i]
+                continue
+            templates[i] = template
+            source = (template.subject, template.body, template.html)
+        try:
+            renderer.render(subject=source[0], body=source[1], html=source[2], data=req.data)
+        except RenderError as exc:
+            decisions[i] = render_error(exc)
+            del recipients[i]
+            templates.pop(i, None)
+    return templates
+
+
+async def _upsert_users(
+    conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int]
+) -> dict[tuple[str, str], UUID]:
+    """Upsert the inline users (sorted, so concurrent transactions lock them in one order);
+    returns their ids by (tenant, external id)."""
+    inline: dict[tuple[str, str], UserIn] = {}
+    for i in passed:
+        if (user := sends[i].req.user) is not None:
+            inline[sends[i].user_key] = user
+    if not inline:
+        return {}
+    keys = sorted(inline)
+    users = [inline[k] for k in keys]
+    rows = await conn.fetch(
+        UPSERT_USERS, [uuid7() for _ in keys], [k[0] for k in keys], [k[1] for k in keys],
+        [u.email for u in users], [u.phone for u in users], [u.locale for u in users],
+        [u.timezone for u in users],
+    )  # fmt: skip
+    return {(r["tenant_id"], r["external_id"]): r["id"] for r in rows}
+
+
+async def _insert_devices(
+    conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int], recipients: dict[int, _Recipient]
+) -> None:
+    unique: set[tuple[UUID, str, str]] = set()
+    for i in passed:
+        user, user_id = sends[i].req.user, recipients[i].id
+        if user is not None and user_id is not None:
+            unique.update((user_id, d.platform.value, d.token) for d in user.devices)
+    devices = sorted(unique)
+    if devices:
+        await conn.execute(
+            INSERT_DEVICES, [uuid7() for _ in devices], [d[0] for d in devices], [d[1] for d in devices],
+            [d[2] for d in devices],
+        )  # fmt: skip
+
+
+async def _insert_notifications(
+    conn: asyncpg.Connection,
+    sends: Sequence[Send],
+    passed: list[int],
+    recipients: dict[int, _Recipient],
+    templates: dict[int, TemplateSource],
+    decisions: list[Decision | None],
+) -> None:
+    now = datetime.now(UTC)
+    order = sorted(passed, key=lambda i: sends[i].event_key)
+    rows: list[tuple[Any, ...]] = []
+    for i in order:
+        principal, req = sends[i].principal, sends[i].req
         scheduled = req.send_at is not None and req.send_at > now
         status = Status.scheduled if scheduled else Status.accepted
-        notification_id = uuid7()
+        template = templates.get(i)
+        locale = (template.locale if template else None) or recipients[i].locale
         content = req.content.model_dump(exclude_none=True) if req.content else None
-        inserted = await conn.fetchval(
-            INSERT, notification_id, principal.tenant_id, req.event_id, digest, user.id, req.channel.value,
-            req.category, req.priority.value, req.template, version, locale or user.locale, content, req.data,
-            req.send_at, req.expires_at, status.value, req.send_at if scheduled else None,
-            [transition(status.value, at=now)],
+        rows.append(
+            (
+                uuid7(), principal.tenant_id, req.event_id, sends[i].digest, recipients[i].id,
+                req.channel.value, req.category, req.priority.value, req.template,
+                template.version if template else None, locale,
+                json.dumps(content) if content is not None else None, json.dumps(req.data), req.send_at,
+                req.expires_at, status.value, req.send_at if scheduled else None,
+                json.dumps([transition(status.value, at=now)]),
+            )
         )  # fmt: skip
-        if inserted is None:  # a concurrent request with the same event_id won the race
-            raced = await _existing(conn, principal.tenant_id, req.event_id, digest)
-            assert raced is not None
-            return raced
-    message = None
-    if not scheduled:
-        message = NotificationMessage(
-            id=notification_id, tenant_id=principal.tenant_id, channel=req.channel, user_id=user.id,
-            priority=req.priority,
-        )  # fmt: skip
-    return AcceptResult(notification_id, status.value, False, message)
+    inserted = set(await _fetch_column(conn, INSERT, [list(column) for column in zip(*rows, strict=True)]))
+    raced = [sends[i] for i, row in zip(order, rows, strict=True) if row[0] not in inserted]
+    # A concurrent request with the same event_id won the race: answer as a repeat of it.
+    seen = await _existing(conn, raced) if raced else {}
+    for i, row in zip(order, rows, strict=True):
+        send = sends[i]
+        if row[0] not in inserted:
+            decisions[i] = _repeat(seen[send.event_key], send)
+            continue
+        status = row[15]
+        message = None
+        if status == Status.accepted.value:
+            message = NotificationMessage(
+                id=row[0], tenant_id=send.principal.tenant_id, channel=send.req.channel,
+                user_id=recipients[i].id, priority=send.req.priority,
+            )  # fmt: skip
+        decisions[i] = AcceptResult(row[0], status, False, message)
+
+
+async def _fetch_column(conn: asyncpg.Connection, query: str, args: list[list[Any]]) -> list[Any]:
+    return [r[0] for r in await conn.fetch(query, *args)]

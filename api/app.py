@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.accept_queue import AcceptQueue
 from api.auth import KeyCache
 from api.errors import BodySizeLimit, install_error_handlers
 from api.ingress import IngressLimits, RateLimitHeaders
@@ -44,6 +45,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.publisher = publisher
         app.state.outbox = outbox
         app.state.renderer = Renderer()
+        app.state.accepts = AcceptQueue(pool=pool, renderer=app.state.renderer)
         app.state.key_cache = KeyCache()
         app.state.ingress = IngressLimits.build(settings=settings, engine=engine)
         app.state.queues = QueueMonitor(engine=engine, bootstrap=settings.kafka_bootstrap or "")

@@ -2,60 +2,58 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import asyncpg
 from pydantic import ValidationError
 
-from api.accept import AcceptResult, accept_notification
-from api.errors import ApiError, validation_error
+from api.accept import AcceptResult, Send
+from api.accept_queue import accept_isolated
+from api.errors import ApiError, is_unstorable_value, validation_error
 from api.models import BatchItemOut, NotificationIn
 from clarion.tenants import Principal
 from workers.render import Renderer
-
-CONCURRENCY = 8
 
 
 async def accept_batch(
     *, pool: asyncpg.Pool, renderer: Renderer, principal: Principal, items: list[dict[str, Any]]
 ) -> list[tuple[BatchItemOut, AcceptResult | None]]:
-    """Accept each item as ``POST /v1/notifications`` would, in its own transaction.
+    """Accept each item as ``POST /v1/notifications`` would, all in one transaction when they can
+    be (a value the database refuses sends the items through one by one).
 
     Returns, in order, each item's result with the accepted notification (None when refused or a
-    duplicate of an earlier send): the caller publishes those.
+    duplicate of an earlier send): the caller publishes those. Items repeating an event_id are
+    decided in order, so the later one is the duplicate (or the 409).
     """
-    slots = asyncio.Semaphore(CONCURRENCY)
-    # Items repeating an event_id are accepted after the earlier item with it, so the later one is
-    # the duplicate (or the 409), as if the items had been sent one by one in order.
-    earlier: dict[str, asyncio.Event] = {}
-
-    async def one(index: int, raw: dict[str, Any]) -> tuple[BatchItemOut, AcceptResult | None]:
-        event_id = raw.get("event_id") if isinstance(raw, dict) else None
-        before = earlier.get(event_id) if isinstance(event_id, str) else None
-        done = asyncio.Event()
-        if isinstance(event_id, str):
-            earlier[event_id] = done
+    refused: dict[int, ApiError] = {}
+    sends: list[tuple[int, Send]] = []
+    for index, raw in enumerate(items):
         try:
-            if before is not None:
-                await before.wait()
-            return await _accept_one(index, raw)
-        finally:
-            done.set()
-
-    async def _accept_one(index: int, raw: dict[str, Any]) -> tuple[BatchItemOut, AcceptResult | None]:
-        try:
-            req = NotificationIn.model_validate(raw)
-            async with slots:
-                result = await accept_notification(pool=pool, renderer=renderer, principal=principal, req=req)
+            sends.append((index, Send.of(principal, NotificationIn.model_validate(raw))))
         except ValidationError as exc:
-            return _refused(index, validation_error(exc.errors(include_url=False))), None
-        except ApiError as exc:
-            return _refused(index, exc), None
+            refused[index] = validation_error(exc.errors(include_url=False))
+    decisions = await accept_isolated(pool=pool, renderer=renderer, sends=[send for _, send in sends])
+    accepted: dict[int, AcceptResult] = {}
+    for (index, _), decision in zip(sends, decisions, strict=True):
+        if isinstance(decision, AcceptResult):
+            accepted[index] = decision
+        elif isinstance(decision, ApiError):
+            refused[index] = decision
+        elif is_unstorable_value(decision):
+            refused[index] = ApiError(
+                422, "invalid_value", "A value cannot be stored (a NUL character, or a number out of range)."
+            )
+        else:
+            raise decision
+    results: list[tuple[BatchItemOut, AcceptResult | None]] = []
+    for index in range(len(items)):
+        if index in refused:
+            results.append((_refused(index, refused[index]), None))
+            continue
+        result = accepted[index]
         out = BatchItemOut(index=index, id=result.id, status=result.status, duplicate=result.duplicate)
-        return out, result
-
-    return list(await asyncio.gather(*(one(i, raw) for i, raw in enumerate(items))))
+        results.append((out, result))
+    return results
 
 
 def _refused(index: int, error: ApiError) -> BatchItemOut:

@@ -70,7 +70,7 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
     return ApiError(422, "validation_error", f"{first['field']}: {first['message']}", details)
 
 
-def _is_db_unavailable(exc: BaseException) -> bool:
+def is_db_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, (OperationalError, InterfaceError, ConnectionError, OSError)):
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
@@ -96,7 +96,7 @@ def _is_db_unavailable(exc: BaseException) -> bool:
     return False
 
 
-def _is_unstorable_value(exc: BaseException | None) -> bool:
+def is_unstorable_value(exc: BaseException | None) -> bool:
     """PostgreSQL refused a value the caller sent (SQLSTATE class 22: a NUL character, a number
     out of range...), or the driver could not encode it: the request's fault, not the server's."""
     seen: set[int] = set()
@@ -131,14 +131,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
-        if _is_unstorable_value(exc):
+        if is_unstorable_value(exc):
             log.info("refused a value the database cannot store: %s", type(exc).__name__)
             return error_response(
                 422,
                 "invalid_value",
                 "A value in the request cannot be stored (a NUL character, or a number out of range).",
             )
-        if _is_db_unavailable(exc):
+        if is_db_unavailable(exc):
             log.warning("database unavailable: %s", type(exc).__name__)
             return error_response(
                 503,

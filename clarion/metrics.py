@@ -106,3 +106,11 @@ def serve_metrics(port: int | None) -> None:
 
     start_http_server(port)
     _metrics_server_port = port
+
+
+COALESCED_BATCH = Histogram(
+    "clarion_coalesced_batch_size",
+    "Items run together by a group-commit coalescer (accepts per transaction, sandbox rows per insert).",
+    ["coalescer"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)

@@ -8,7 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from api.accept import accept_notification
+from api.accept import Send
 from api.auth import require
 from api.batch import accept_batch
 from api.errors import ApiError
@@ -35,9 +35,7 @@ async def send(
     _: Annotated[None, Depends(ingress_limit)],
 ) -> JSONResponse:
     state = request.app.state
-    result = await accept_notification(
-        pool=state.pool, renderer=state.renderer, principal=principal, req=body
-    )
+    result = await state.accepts.accept(Send.of(principal, body))
     if result.message is not None:
         state.outbox.submit(result.message)
     if not result.duplicate:

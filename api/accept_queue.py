@@ -1,0 +1,61 @@
+"""Group commit for single sends: concurrent ``POST /v1/notifications`` share transactions.
+
+On these machines a database round trip costs far more than the rows it carries (FINDINGS: the
+per-request insert was the bottleneck of a plain pipeline). Each request hands its send to the
+:class:`AcceptQueue`, a :class:`clarion.coalesce.Coalescer` that runs everything waiting as one
+:func:`api.accept.accept_many` transaction whenever a connection slot is free: a lone send on an
+idle API is accepted at once, a busy API accepts tens of sends per transaction. Each caller still
+hears ``202`` only after the transaction holding its row has committed.
+
+A shared transaction that fails is retried one send at a time (:func:`accept_isolated`), so a send
+the database refuses (a NUL character in its data, say) fails alone; when the database is down,
+every send fails the same way, at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import asyncpg
+
+from api.accept import AcceptResult, Decision, Send, accept_many
+from api.errors import is_db_unavailable
+from clarion.coalesce import Coalescer
+from workers.render import Renderer
+
+log = logging.getLogger(__name__)
+
+
+async def accept_isolated(
+    *, pool: asyncpg.Pool, renderer: Renderer, sends: Sequence[Send]
+) -> list[Decision | Exception]:
+    """Accept ``sends`` together; if that transaction fails, accept each alone. Returns, in order,
+    each send's decision or the exception its own transaction raised."""
+    try:
+        async with pool.acquire() as conn:
+            return list(await accept_many(conn=conn, renderer=renderer, sends=sends))
+    except Exception as exc:
+        if len(sends) == 1 or is_db_unavailable(exc):
+            return [exc] * len(sends)
+        log.info("a shared accept of %d sends failed (%s); accepting them one by one", len(sends), exc)
+    return [(await accept_isolated(pool=pool, renderer=renderer, sends=[s]))[0] for s in sends]
+
+
+class AcceptQueue:
+    """Accepts single sends in shared transactions (see the module docstring)."""
+
+    def __init__(
+        self, *, pool: asyncpg.Pool, renderer: Renderer, max_batch: int = 256, max_in_flight: int = 1
+    ) -> None:
+        async def run(sends: list[Send]) -> list[Decision | Exception]:
+            return await accept_isolated(pool=pool, renderer=renderer, sends=sends)
+
+        self._sends: Coalescer[Send, AcceptResult] = Coalescer(
+            run, max_batch=max_batch, max_in_flight=max_in_flight, name="clarion-accept"
+        )
+
+    async def accept(self, send: Send) -> AcceptResult:
+        """The send's result once its row is committed; raises the ``ApiError`` that refused it, or
+        what the database raised."""
+        return await self._sends.submit(send)

@@ -1,0 +1,103 @@
+"""Concurrent sends share transactions (group commit), yet each caller gets the answer it would
+have had alone, and a refused send leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.api.test_send_validation import count_notifications, email_send
+from tests.conftest import TenantInfo
+
+
+async def _users(engine: AsyncEngine, tenant_id: str) -> set[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text("SELECT external_id FROM users WHERE tenant_id = :t"), {"t": tenant_id}
+        )
+        return {r[0] for r in rows}
+
+
+async def test_each_concurrent_send_gets_its_own_answer(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    def user(name: str) -> dict[str, Any]:
+        return {"id": name, "email": f"{name}@example.com"}
+
+    good = [email_send(user=user(f"good-{i}")) for i in range(30)]
+    bad: list[tuple[dict[str, Any], int, str]] = [
+        (email_send(user=user(f"novar-{i}"), data={}), 422, "missing_template_variable") for i in range(4)
+    ]
+    bad += [(email_send(user=user("nul"), data={"order_id": "a\u0000b"}), 422, "invalid_value")]
+    bad += [(email_send(user=None, user_id=f"ghost-{i}"), 422, "unknown_user") for i in range(3)]
+    bad += [(email_send(user=user("notpl"), template="no_such_template"), 422, "unknown_template")]
+    bodies = good + [b for b, _, _ in bad]
+    responses = await asyncio.gather(*(client.post("/v1/notifications", json=b) for b in bodies))
+
+    accepted = responses[: len(good)]
+    assert [r.status_code for r in accepted] == [202] * len(good), [r.text for r in accepted]
+    assert len({r.json()["id"] for r in accepted}) == len(good)
+    for response, (_, status, code) in zip(responses[len(good) :], bad, strict=True):
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["code"] == code
+    assert await count_notifications(engine, tenant.id) == len(good)
+    # Refused sends wrote nothing: not even the users they carried.
+    assert await _users(engine, tenant.id) == {f"good-{i}" for i in range(30)}
+    for response in accepted[:3]:
+        read = await client.get(f"/v1/notifications/{response.json()['id']}")
+        assert read.status_code == 200 and read.json()["event_id"] in {b["event_id"] for b in good}
+
+
+async def test_concurrent_repeats_of_an_event_id_are_accepted_once(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    body = email_send()
+    responses = await asyncio.gather(*(client.post("/v1/notifications", json=body) for _ in range(12)))
+    assert sorted(r.status_code for r in responses) == [200] * 11 + [202]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert sum(r.json()["duplicate"] for r in responses) == 11
+    assert await count_notifications(engine, tenant.id) == 1
+
+
+async def test_concurrent_different_bodies_for_one_event_id_accept_one_and_refuse_the_rest(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    event_id = f"evt-{secrets.token_hex(6)}"
+    bodies = [email_send(event_id=event_id, data={"order_id": str(i)}) for i in range(8)]
+    responses = await asyncio.gather(*(client.post("/v1/notifications", json=b) for b in bodies))
+    assert sorted(r.status_code for r in responses) == [202] + [409] * 7
+    winner = next(r.json()["id"] for r in responses if r.status_code == 202)
+    assert all(r.json()["error"]["details"]["id"] == winner for r in responses if r.status_code == 409)
+    assert await count_notifications(engine, tenant.id) == 1
+
+
+async def test_concurrent_sends_to_one_user_create_it_once(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    bodies = [
+        email_send(user={"id": "shared", "email": f"v{i}@example.com", "locale": "en"}) for i in range(10)
+    ]
+    responses = await asyncio.gather(*(client.post("/v1/notifications", json=b) for b in bodies))
+    assert [r.status_code for r in responses] == [202] * 10
+    assert await _users(engine, tenant.id) == {"shared"}
+    async with engine.connect() as conn:
+        email = (
+            await conn.execute(
+                sa.text("SELECT email FROM users WHERE tenant_id = :t AND external_id = 'shared'"),
+                {"t": tenant.id},
+            )
+        ).scalar_one()
+    assert email in {f"v{i}@example.com" for i in range(10)}
+    async with engine.connect() as conn:
+        users_of_sends = (
+            await conn.execute(
+                sa.text("SELECT count(DISTINCT user_id) FROM notifications WHERE tenant_id = :t"),
+                {"t": tenant.id},
+            )
+        ).scalar_one()
+    assert users_of_sends == 1
