@@ -17,7 +17,21 @@ async def _init(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+class _Connection(asyncpg.Connection):
+    """A pooled connection released without asyncpg's reset query (``RESET ALL``, ``UNLISTEN *``...).
+
+    That query is a full round trip on every release, and these pools never change session state:
+    no ``SET``, no ``LISTEN``, no session advisory locks, no cursors left open. An open transaction
+    is still rolled back on release (asyncpg does that before the reset query).
+    """
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 async def create_pool(database_url: str, *, size: int = 10) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(asyncpg_dsn(database_url), min_size=1, max_size=size, init=_init)
+    pool = await asyncpg.create_pool(
+        asyncpg_dsn(database_url), min_size=1, max_size=size, init=_init, connection_class=_Connection
+    )
     assert pool is not None
     return pool

@@ -12,6 +12,7 @@ from typing import ClassVar
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion.coalesce import Coalescer
 from clarion.pg import create_pool
 from providers.base import RenderedMessage, SendResult
 from schema.enums import Channel
@@ -27,8 +28,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 class SandboxProvider:
     """Accepts every message for any channel and stores it; the message id is ``sbx-<uuid7>``.
 
-    It writes with a small asyncpg pool of its own, opened on the first send (one short insert per
-    message: the sandbox is the delivery target of `clarion dev` and the end-to-end benchmark).
+    It writes with a small asyncpg pool of its own, opened on the first send. Concurrent sends are
+    stored together (one ``executemany`` per batch, through a :class:`Coalescer`): the sandbox is
+    the delivery target of `clarion dev` and the end-to-end benchmark, so it should cost what a
+    remote provider's HTTP call costs the worker, not a database round trip per message. A send
+    returns once its row is committed.
     """
 
     name: ClassVar[str] = "sandbox"
@@ -39,6 +43,9 @@ class SandboxProvider:
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._opening = asyncio.Lock()
+        self._writes: Coalescer[tuple[object, ...], None] = Coalescer(
+            self._store, max_batch=500, max_in_flight=pool_size, name="clarion-sandbox"
+        )
 
     async def _get_pool(self) -> asyncpg.Pool:
         async with self._opening:
@@ -53,12 +60,18 @@ class SandboxProvider:
         data = dict(message.data)
         if message.unsubscribe_url:
             data["unsubscribe_url"] = message.unsubscribe_url
-        pool = self._pool or await self._get_pool()
-        await pool.execute(
-            INSERT, message.notification_id, message.tenant_id, message.channel.value, message.to,
-            message.subject, message.body, message.html, data, message_id,
+        await self._writes.submit(
+            (
+                message.notification_id, message.tenant_id, message.channel.value, message.to,
+                message.subject, message.body, message.html, data, message_id,
+            )
         )  # fmt: skip
         return SendResult(provider=self.name, provider_message_id=message_id)
+
+    async def _store(self, rows: list[tuple[object, ...]]) -> list[None]:
+        pool = self._pool or await self._get_pool()
+        await pool.executemany(INSERT, rows)
+        return [None] * len(rows)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None

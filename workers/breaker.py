@@ -69,6 +69,7 @@ class CircuitBreaker:
         self.settings = settings
         self._clock = clock
         self._calls: deque[tuple[float, bool]] = deque()
+        self._failures = 0  # failed calls in ``_calls``, kept as calls come and go (O(1) a call)
         self._state = CLOSED
         self._opened_at = 0.0
         self._probing = False
@@ -104,26 +105,30 @@ class CircuitBreaker:
             if failed:
                 self._open(now)
             else:
-                self._calls.clear()
+                self._forget_calls()
                 self._set(CLOSED)
             return
         if self._state == OPEN:
             return  # a call that started before the breaker opened
         self._calls.append((now, failed))
+        self._failures += failed
         horizon = now - self.settings.window_s
         while self._calls and self._calls[0][0] < horizon:
-            self._calls.popleft()
-        failures = sum(1 for _, f in self._calls if f)
+            self._failures -= self._calls.popleft()[1]
         if (
             len(self._calls) >= self.settings.min_calls
-            and failures / len(self._calls) >= self.settings.failure_rate
+            and self._failures / len(self._calls) >= self.settings.failure_rate
         ):
             self._open(now)
 
     def _open(self, now: float) -> None:
         self._opened_at = now
-        self._calls.clear()
+        self._forget_calls()
         self._set(OPEN)
+
+    def _forget_calls(self) -> None:
+        self._calls.clear()
+        self._failures = 0
 
     def _set(self, state: str) -> None:
         self._state = state
