@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
@@ -18,8 +19,13 @@ NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
 
 def check_phone(value: str | None) -> str | None:
-    if value is None:
-        return None
+    return None if value is None else _valid_phone(value)
+
+
+# Validation is pure and the same users are sent to again and again: remember the answers
+# (a refused value raises and is not remembered).
+@lru_cache(maxsize=65_536)
+def _valid_phone(value: str) -> str:
     if not E164.match(value):
         raise ValueError(f"'{value}' is not an E.164 phone number (like +14155550100)")
     try:
@@ -32,8 +38,11 @@ def check_phone(value: str | None) -> str | None:
 
 
 def check_email(value: str | None) -> str | None:
-    if value is None:
-        return None
+    return None if value is None else _normalized_email(value)
+
+
+@lru_cache(maxsize=65_536)
+def _normalized_email(value: str) -> str:
     try:
         return validate_email(value, check_deliverability=False).normalized
     except EmailNotValidError as exc:
