@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import secrets
 import statistics
 import time
+from pathlib import Path
 
 import aiohttp
 import asyncpg
@@ -62,6 +64,12 @@ async def drive(url: str, key: str, count: int, concurrency: int, channel: str) 
         return time.perf_counter() - start, latencies
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def main(count: int, concurrency: int, channel: str, workers: int) -> None:
     broker = TansuBroker()
     broker.start()
@@ -97,10 +105,13 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
         await drive(api_url, tenant.key, 200, 16, channel)  # warm-up; also lets the workers join
         await wait_until(lambda: _count(conn, "sent", 200), 60)
         base = await conn.fetchval("SELECT count(*) FROM notifications")
+        pids = {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}
+        cpu_before = {name: cpu_s(pid) for name, pid in pids.items()}
         start = time.perf_counter()
         elapsed, latencies = await drive(api_url, tenant.key, count, concurrency, channel)
         await wait_until(lambda: _count(conn, "sent", base + count), 600, 0.05)
         delivered_s = time.perf_counter() - start
+        cpu_ms = {name: (cpu_s(pid) - cpu_before[name]) * 1000 / count for name, pid in pids.items()}
         await conn.close()
         q = statistics.quantiles(latencies, n=100)
         print(
@@ -112,6 +123,8 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
         print(f"{'accept latency p99 (ms)':40} {q[98] * 1000:10.1f}")
         print(f"{'delivered/s end to end (to sent)':40} {count / delivered_s:10.0f}")
         print(f"{'time to last sent after first send (s)':40} {delivered_s:10.2f}")
+        for name, ms in cpu_ms.items():
+            print(f"{'CPU ms per notification, ' + name:40} {ms:10.3f}")
     finally:
         for p in procs:
             p.stop(10)
