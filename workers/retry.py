@@ -93,6 +93,14 @@ class RetryPolicy:
         calling (the circuit breaker); ``on_attempt(started, finished, error)`` sees every call.
         """
         attempts = max(1, min(self.in_process_attempts, budget if budget is not None else 1 << 30))
+        # The first call needs no retry machinery (building it costs more than a sandbox send);
+        # only after a transient failure does tenacity take over, with that failure as attempt 1.
+        if before_attempt is not None:
+            before_attempt()
+        try:
+            return await self._bounded(call, provider, on_attempt)
+        except TransientProviderError as exc:
+            made: list[TransientProviderError] = [exc]
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(TransientProviderError),
             stop=stop_after_attempt(attempts) | _RetryAfterTooLong(self.max_wait_s),
@@ -103,6 +111,8 @@ class RetryPolicy:
         )
         async for attempt in retrying:
             with attempt:
+                if made:  # attempt 1, already made above
+                    raise made.pop()
                 if before_attempt is not None:
                     before_attempt()
                 return await self._bounded(call, provider, on_attempt)
