@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -19,6 +20,7 @@ class KeyCache:
     def __init__(self, ttl_s: float = CACHE_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._loading: dict[str, asyncio.Future[Principal | None]] = {}
 
     def get(self, key: str) -> tuple[bool, Principal | None]:
         entry = self._entries.get(key)
@@ -30,6 +32,23 @@ class KeyCache:
         if len(self._entries) > 10_000:
             self._entries.clear()
         self._entries[key] = (time.monotonic() + self.ttl_s, principal)
+
+    async def resolve(self, key: str, load: Callable[[], Awaitable[Principal | None]]) -> Principal | None:
+        """The cached principal, or ``load()``'s, shared by every request that misses meanwhile: when
+        an entry expires under load, one lookup serves them all (not one connection each)."""
+        hit, principal = self.get(key)
+        if hit:
+            return principal
+        task = self._loading.get(key)
+        if task is None:
+            task = self._loading[key] = asyncio.ensure_future(load())
+            task.add_done_callback(lambda done: self._loaded(key, done))
+        return await asyncio.shield(task)  # one caller going away does not cancel the others' lookup
+
+    def _loaded(self, key: str, task: asyncio.Future[Principal | None]) -> None:
+        self._loading.pop(key, None)
+        if not task.cancelled() and task.exception() is None:
+            self.put(key, task.result())
 
 
 async def authenticate(request: Request) -> Principal:
@@ -44,11 +63,13 @@ async def authenticate(request: Request) -> Principal:
         )
     key = key.strip()
     cache: KeyCache = request.app.state.key_cache
-    hit, principal = cache.get(key)
-    if not hit:
-        async with request.app.state.engine.connect() as conn:
-            principal = await lookup_key(conn, key)
-        cache.put(key, principal)
+    engine = request.app.state.engine
+
+    async def load() -> Principal | None:
+        async with engine.connect() as conn:
+            return await lookup_key(conn, key)
+
+    principal = await cache.resolve(key, load)
     if principal is None:
         raise ApiError(
             401, "unauthorized", "The API key is unknown or revoked.", headers={"WWW-Authenticate": "Bearer"}
