@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from api.accept_queue import AcceptQueue
 from api.auth import KeyCache
 from api.errors import BodySizeLimit, install_error_handlers
 from api.ingress import IngressLimits, RateLimitHeaders
+from api.models import NotificationIn
 from api.ops import QueueMonitor
 from api.outbox import Outbox
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
@@ -90,6 +93,28 @@ def create_app(settings: Settings) -> FastAPI:
             webhook_routes.SENDGRID_EVENTS_PATH: webhook_routes.SENDGRID_EVENTS_MAX_BODY_BYTES,
         },
     )
+    _document_bodies(app, NotificationIn)
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(metrics_routes.RejectionCounter)
     return app
+
+
+def _document_bodies(app: FastAPI, *models: type[BaseModel]) -> None:
+    """Add request bodies that routes validate themselves (``read_body``) to the OpenAPI components."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            # Nested models keep a prefix of their own: another route's body may share a name
+            # (api.users.DeviceIn beside api.models.DeviceIn).
+            prefix = model.__module__.replace(".", "__") + "__"
+            document = model.model_json_schema(ref_template=f"#/components/schemas/{prefix}{{model}}")
+            components.update({prefix + name: d for name, d in document.pop("$defs", {}).items()})
+            components[model.__name__] = document
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -78,13 +78,18 @@ async def authenticate(request: Request) -> Principal:
     return principal
 
 
+async def authorize(request: Request, scope: str) -> Principal:
+    """Authenticate and demand ``scope`` (``admin`` implies every scope)."""
+    principal = await authenticate(request)
+    if scope not in principal.scopes and "admin" not in principal.scopes:
+        raise ApiError(403, "forbidden", f"This API key lacks the '{scope}' scope.")
+    return principal
+
+
 def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     """A dependency that authenticates and demands ``scope`` (``admin`` implies every scope)."""
 
     async def dependency(request: Request) -> Principal:
-        principal = await authenticate(request)
-        if scope not in principal.scopes and "admin" not in principal.scopes:
-            raise ApiError(403, "forbidden", f"This API key lacks the '{scope}' scope.")
-        return principal
+        return await authorize(request, scope)
 
     return dependency

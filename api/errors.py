@@ -182,7 +182,7 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > max_bytes:
-                    raise _TooLarge
+                    raise _TooLarge(max_bytes)
             return message
 
         try:
@@ -197,5 +197,8 @@ class BodySizeLimit:
         await response(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(ApiError):
+    """Raised from ``receive`` past the limit; a handler reading the body itself answers 413 with it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, "payload_too_large", f"The request body is larger than {max_bytes} bytes.")

@@ -20,7 +20,6 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import authenticate
 from api.errors import ApiError
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
@@ -100,12 +99,6 @@ async def enforce_ingress(*, request: Request, principal: Principal, cost: int) 
         )
     if tightest is not None:
         setattr(request.state, HEADERS_STATE, rate_limit_headers(*tightest))
-
-
-async def ingress_limit(request: Request) -> None:
-    """Dependency for a single send (cost 1); authenticates if no earlier dependency did."""
-    principal = getattr(request.state, "principal", None) or await authenticate(request)
-    await enforce_ingress(request=request, principal=principal, cost=1)
 
 
 class RateLimitHeaders:

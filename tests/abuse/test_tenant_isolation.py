@@ -138,7 +138,7 @@ def _body(victim: Victim, schema: dict[str, Any] | None) -> Any:
         "BatchIn": {"notifications": [victim.body]},
         "RedriveFilter": {},
         "UserProfileIn": {"email": "b-took-over@b.example.com"},
-        "api__users__DeviceIn": {"platform": "apns", "token": secrets.token_hex(32)},
+        "DeviceIn": {"platform": "apns", "token": secrets.token_hex(32)},  # /v1/users/{id}/devices
         "PreferencesIn": {"preferences": [{"channel": "*", "category": "*", "opted_in": True}]},
         "CategoryIn": {"required": False, "default_opted_in": False},
         "TemplateIn": {"name": victim.template, "channel": "email", "subject": "B", "body": "B's"},
