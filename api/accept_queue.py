@@ -43,10 +43,15 @@ async def accept_isolated(
 
 
 class AcceptQueue:
-    """Accepts single sends in shared transactions (see the module docstring)."""
+    """Accepts single sends in shared transactions (see the module docstring).
+
+    ``max_in_flight`` transactions run at once: with one, sends queue behind each transaction's
+    round trips; with many, batches shrink and each send pays more CPU. ``bench.e2e`` on this
+    2-core machine: 665 sends/s end to end with 2, 697 with 4, 608 with 8.
+    """
 
     def __init__(
-        self, *, pool: asyncpg.Pool, renderer: Renderer, max_batch: int = 256, max_in_flight: int = 1
+        self, *, pool: asyncpg.Pool, renderer: Renderer, max_batch: int = 256, max_in_flight: int = 4
     ) -> None:
         async def run(sends: list[Send]) -> list[Decision | Exception]:
             return await accept_isolated(pool=pool, renderer=renderer, sends=sends)
