@@ -1,7 +1,7 @@
 """End-to-end benchmark: accepts/s through POST /v1/notifications, deliveries/s to the sandbox
 provider, and accept latency, with the API, an email worker and the relay as separate processes.
 
-    .venv/bin/python -m bench.e2e [--count 10000] [--concurrency 64] [--channel email]
+    .venv/bin/python -m bench.e2e [--count 10000] [--concurrency 64] [--channel email] [--batch N]
 
 It starts its own Tansu broker and a fresh database (dropped afterwards).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import statistics
@@ -40,7 +41,12 @@ def body(i: int, channel: str) -> dict[str, object]:
     }
 
 
-async def drive(url: str, key: str, count: int, concurrency: int, channel: str) -> tuple[float, list[float]]:
+async def drive(
+    url: str, key: str, count: int, concurrency: int, channel: str, batch: int = 1
+) -> tuple[float, list[float]]:
+    """Send ``count`` notifications from ``concurrency`` clients, one per request (``batch`` 1) or
+    ``batch`` per ``POST /v1/notifications/batch``; returns the elapsed seconds and each request's
+    latency."""
     latencies: list[float] = []
     next_i = 0
     headers = {"Authorization": f"Bearer {key}"}
@@ -51,12 +57,18 @@ async def drive(url: str, key: str, count: int, concurrency: int, channel: str) 
             nonlocal next_i
             while next_i < count:
                 i = next_i
-                next_i += 1
+                size = min(batch, count - i)
+                next_i += size
+                if batch == 1:
+                    path, payload = "/v1/notifications", body(i, channel)
+                else:
+                    path = "/v1/notifications/batch"
+                    payload = {"notifications": [body(j, channel) for j in range(i, i + size)]}
                 t0 = time.perf_counter()
-                async with session.post("/v1/notifications", json=body(i, channel)) as response:
-                    await response.read()
-                    if response.status != 202:
-                        raise RuntimeError(f"send {i}: HTTP {response.status}")
+                async with session.post(path, json=payload) as response:
+                    answer = await response.read()
+                    if response.status != 202 or (batch > 1 and json.loads(answer)["rejected"]):
+                        raise RuntimeError(f"send {i}: HTTP {response.status} {answer[:200]!r}")
                 latencies.append(time.perf_counter() - t0)
 
         start = time.perf_counter()
@@ -70,7 +82,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def main(count: int, concurrency: int, channel: str, workers: int) -> None:
+async def main(count: int, concurrency: int, channel: str, workers: int, batch: int) -> None:
     broker = TansuBroker()
     broker.start()
     url = await fresh_database("clarion_bench")
@@ -108,7 +120,7 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
         pids = {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}
         cpu_before = {name: cpu_s(pid) for name, pid in pids.items()}
         start = time.perf_counter()
-        elapsed, latencies = await drive(api_url, tenant.key, count, concurrency, channel)
+        elapsed, latencies = await drive(api_url, tenant.key, count, concurrency, channel, batch)
         await wait_until(lambda: _count(conn, "sent", base + count), 600, 0.05)
         delivered_s = time.perf_counter() - start
         cpu_ms = {name: (cpu_s(pid) - cpu_before[name]) * 1000 / count for name, pid in pids.items()}
@@ -118,7 +130,8 @@ async def main(count: int, concurrency: int, channel: str, workers: int) -> None
             f"\nClarion end to end, {count} {channel} notifications, {concurrency} concurrent clients, "
             f"{workers} worker process(es), API + relay as separate processes\n"
         )
-        print(f"{'accepted/s (POST /v1/notifications)':40} {count / elapsed:10.0f}")
+        route = "POST /v1/notifications" + ("" if batch == 1 else f"/batch, {batch} a request")
+        print(f"{'accepted/s (' + route + ')':40} {count / elapsed:10.0f}")
         print(f"{'accept latency p50 (ms)':40} {q[49] * 1000:10.1f}")
         print(f"{'accept latency p99 (ms)':40} {q[98] * 1000:10.1f}")
         print(f"{'delivered/s end to end (to sent)':40} {count / delivered_s:10.0f}")
@@ -144,5 +157,8 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--channel", default="email", choices=["email", "sms"])
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--batch", type=int, default=1, help="notifications per request (>1: POST /v1/notifications/batch)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.count, args.concurrency, args.channel, args.workers))
+    asyncio.run(main(args.count, args.concurrency, args.channel, args.workers, args.batch))
