@@ -87,6 +87,22 @@ class Settings(BaseSettings):
     )
     worker_batch_size: int = Field(default=500, ge=1, description="Kafka records a worker takes per batch.")
     worker_concurrency: int = Field(default=64, ge=1, description="Provider calls a worker runs at once.")
+    worker_bulk_chunk: int = Field(
+        default=32,
+        ge=1,
+        description="Bulk-lane notifications a worker delivers between checks for main-lane work: an urgent send shares the worker with at most one such chunk.",
+    )
+    worker_bulk_yield_max_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Longest a bulk chunk waits for the main lane to go idle before it runs anyway, in seconds (bulk keeps moving under endless urgent traffic).",
+    )
+    worker_fetch_wait_ms: int = Field(
+        default=20,
+        ge=1,
+        le=500,
+        description="Longest the main lane's consumer waits on an empty fetch or between empty polls, in ms: a floor on an urgent send's pickup time on brokers that hold empty fetches (Tansu). The bulk and retry lanes keep Kafka's default 500 ms.",
+    )
     sandbox_routes: bool | None = Field(
         default=None, description="Serve GET /v1/sandbox/messages (default: on in dev and test, off in prod)."
     )
