@@ -26,14 +26,15 @@ from uuid import UUID
 
 import asyncpg
 
+from api.accept_checks import Recipient, check_content, check_push_devices, find_recipients
 from api.errors import ApiError
 from api.models import NotificationIn, UserIn
 from clarion.tenants import Principal
-from schema.enums import Channel, Status
+from schema.enums import Status
 from schema.ids import uuid7
 from schema.messages import NotificationMessage
-from workers.render import Renderer, RenderError
-from workers.templates import TemplateSource, resolve_template_pg
+from workers.render import Renderer
+from workers.templates import TemplateSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +69,6 @@ class Send:
 Decision = AcceptResult | ApiError
 
 
-@dataclass(slots=True)
-class _Recipient:
-    id: UUID | None  # None: a user this send creates
-    email: str | None
-    phone: str | None
-    locale: str | None
-
-
 def request_hash(req: NotificationIn) -> str:
     canonical = json.dumps(req.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -91,13 +84,6 @@ SELECT n.tenant_id, n.event_id, n.id, n.status, n.request_hash
   JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, event_id)
     ON n.tenant_id = k.tenant_id AND n.event_id = k.event_id
 """
-USERS = """
-SELECT u.tenant_id, u.external_id, u.id, u.email, u.phone, u.locale
-  FROM users u
-  JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, external_id)
-    ON u.tenant_id = k.tenant_id AND u.external_id = k.external_id
-"""
-DEVICES = "SELECT user_id, platform, token, active FROM devices WHERE user_id = ANY($1::uuid[])"
 UPSERT_USERS = """
 INSERT INTO users (id, tenant_id, external_id, email, phone, locale, timezone)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
@@ -132,18 +118,6 @@ SELECT id, tenant_id, event_id, request_hash, user_id, channel, category, priori
 ON CONFLICT ON CONSTRAINT uq_notifications_event DO NOTHING
 RETURNING id
 """
-
-
-def render_error(exc: RenderError) -> ApiError:
-    """The 422 a caller gets for content that does not render (names the missing variable)."""
-    if exc.code == "missing_variable":
-        code = "missing_template_variable"
-    elif exc.code == "unsafe_template":
-        code = "unsafe_template"
-    else:
-        code = f"template_{exc.code}".replace("template_template_", "template_")
-    details = {"variable": exc.variable} if exc.variable else None
-    return ApiError(422, code, exc.message, details)
 
 
 async def accept_many(
@@ -196,9 +170,9 @@ async def _accept_round(
     decisions: list[Decision | None],
 ) -> None:
     fresh = await _not_repeats(conn, sends, batch, decisions)
-    recipients = await _recipients(conn, sends, fresh, decisions)
-    await _check_push_devices(conn, sends, recipients, decisions)
-    versions = await _check_content(conn, renderer, sends, recipients, decisions)
+    recipients = await find_recipients(conn, sends, fresh, decisions)
+    await check_push_devices(conn, sends, recipients, decisions)
+    versions = await check_content(conn, renderer, sends, recipients, decisions)
     passed = [i for i in fresh if decisions[i] is None]
     if not passed:
         return
@@ -241,114 +215,6 @@ def _repeat(row: asyncpg.Record, send: Send) -> Decision:
     return AcceptResult(row["id"], row["status"], True, None)
 
 
-async def _recipients(
-    conn: asyncpg.Connection, sends: Sequence[Send], fresh: list[int], decisions: list[Decision | None]
-) -> dict[int, _Recipient]:
-    """Each send's recipient as it will be once its inline details are upserted; refuses sends to an
-    unknown ``user_id`` and sends whose channel has no contact."""
-    if not fresh:
-        return {}
-    keys = [sends[i].user_key for i in fresh]
-    rows = await conn.fetch(USERS, [k[0] for k in keys], [k[1] for k in keys])
-    known = {(r["tenant_id"], r["external_id"]): r for r in rows}
-    recipients: dict[int, _Recipient] = {}
-    for i in fresh:
-        req = sends[i].req
-        row = known.get(sends[i].user_key)
-        if req.user is None and row is None:
-            decisions[i] = ApiError(
-                422, "unknown_user", f"No user '{req.user_id}'; send 'user' with contact details instead."
-            )
-            continue
-        user = req.user
-        recipient = _Recipient(
-            row["id"] if row else None,
-            (user.email if user else None) or (row["email"] if row else None),
-            (user.phone if user else None) or (row["phone"] if row else None),
-            (user.locale if user else None) or (row["locale"] if row else None),
-        )
-        if req.channel is Channel.email and not recipient.email:
-            decisions[i] = ApiError(422, "no_contact", "The user has no email address for the email channel.")
-        elif req.channel is Channel.sms and not recipient.phone:
-            decisions[i] = ApiError(422, "no_contact", "The user has no phone number for the sms channel.")
-        else:
-            recipients[i] = recipient
-    return recipients
-
-
-async def _check_push_devices(
-    conn: asyncpg.Connection,
-    sends: Sequence[Send],
-    recipients: dict[int, _Recipient],
-    decisions: list[Decision | None],
-) -> None:
-    """Refuse push sends whose user will have no active device (inline tokens a provider reported
-    dead stay inactive)."""
-    push = [i for i in recipients if sends[i].req.channel is Channel.push]
-    if not push:
-        return
-    known = [recipients[i].id for i in push if recipients[i].id is not None]
-    tokens: dict[UUID, dict[tuple[str, str], bool]] = {}
-    for row in await conn.fetch(DEVICES, known) if known else []:
-        tokens.setdefault(row["user_id"], {})[(row["platform"], row["token"])] = row["active"]
-    for i in push:
-        user_id = recipients[i].id
-        existing = tokens.get(user_id, {}) if user_id is not None else {}
-        user = sends[i].req.user
-        inline = user.devices if user is not None else []
-        if not any(existing.values()) and all((d.platform.value, d.token) in existing for d in inline):
-            decisions[i] = ApiError(
-                422, "no_device", "The user has no active push device; register one first."
-            )
-            del recipients[i]
-
-
-async def _check_content(
-    conn: asyncpg.Connection,
-    renderer: Renderer,
-    sends: Sequence[Send],
-    recipients: dict[int, _Recipient],
-    decisions: list[Decision | None],
-) -> dict[int, TemplateSource]:
-    """Render once now so a send that cannot render is refused (422) rather than failing later.
-    Returns the template each templated send will use."""
-    resolved: dict[tuple[Any, ...], TemplateSource | None] = {}
-    templates: dict[int, TemplateSource] = {}
-    for i, recipient in list(recipients.items()):
-        principal, req = sends[i].principal, sends[i].req
-        if req.content is not None:
-            subject = req.content.subject if req.channel is Channel.email else req.content.title
-            source: tuple[str | None, str, str | None] = (subject, req.content.body, req.content.html)
-        else:
-            locale = recipient.locale or principal.default_locale
-            key = (principal.tenant_id, req.template, req.channel, locale, req.template_version)
-            if key not in resolved:
-                resolved[key] = await resolve_template_pg(
-                    conn=conn, tenant_id=principal.tenant_id, name=str(req.template),
-                    channel=req.channel.value, locale=locale, version=req.template_version,
-                    default_locale=principal.default_locale,
-                )  # fmt: skip
-            template = resolved[key]
-            if template is None:
-                version = f" version {req.template_version}" if req.template_version else ""
-                decisions[i] = ApiError(
-                    422,
-                    "unknown_template",
-                    f"No {req.channel.value} template '{req.template}'{version} for locale '{locale}'.",
-                )
-                del recipients[i]
-                continue
-            templates[i] = template
-            source = (template.subject, template.body, template.html)
-        try:
-            renderer.render(subject=source[0], body=source[1], html=source[2], data=req.data)
-        except RenderError as exc:
-            decisions[i] = render_error(exc)
-            del recipients[i]
-            templates.pop(i, None)
-    return templates
-
-
 async def _upsert_users(
     conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int]
 ) -> dict[tuple[str, str], UUID]:
@@ -371,7 +237,7 @@ async def _upsert_users(
 
 
 async def _insert_devices(
-    conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int], recipients: dict[int, _Recipient]
+    conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int], recipients: dict[int, Recipient]
 ) -> None:
     unique: set[tuple[UUID, str, str]] = set()
     for i in passed:
@@ -390,7 +256,7 @@ async def _insert_notifications(
     conn: asyncpg.Connection,
     sends: Sequence[Send],
     passed: list[int],
-    recipients: dict[int, _Recipient],
+    recipients: dict[int, Recipient],
     templates: dict[int, TemplateSource],
     decisions: list[Decision | None],
 ) -> None:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api.accept import render_error
+from api.accept_checks import render_error
 from api.errors import ApiError
 from api.models import NAME
 from schema.enums import Channel
