@@ -7,6 +7,12 @@ the API did not. Loading it through the API would take minutes on this machine a
 API, not the lanes. Once it is on the broker and draining, ``critical`` sends from another tenant
 arrive through the API at a steady rate. Expected: critical p99 accept (row committed) to
 provider (sandbox row committed) under 500 ms while the backlog is still there, and 0 lost.
+
+"On the broker and draining" means 90% published, or a quarter of the backlog published and not
+yet delivered, whichever comes first: the workers drain while the relay publishes, and once they
+drained fast enough to finish the backlog before the critical sends did, waiting for 90% left
+nothing to be isolated from. Starting at a quarter means the relay may still be publishing the
+rest while the first critical sends arrive, which only makes it harder for them.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncpg
 from chaos.reconcile import reconcile
 from chaos.report import Result
 from chaos.scenarios.common import scaled, settle, start_load
-from chaos.stack import Stack, StackOptions
+from chaos.stack import TERMINAL, Stack, StackOptions
 from schema.ids import uuid7
 
 FULL = 100_000
@@ -72,15 +78,18 @@ async def import_backlog(stack: Stack, count: int) -> float:
     return time.monotonic() - started
 
 
-async def queued(stack: Stack) -> int:
+async def progress(stack: Stack) -> tuple[int, int]:
+    """(published, final) counts of the backlog."""
     conn = await asyncpg.connect(stack.dsn)
     try:
-        return int(
-            await conn.fetchval(
-                "SELECT count(*) FROM notifications WHERE tenant_id = $1 AND published_at IS NOT NULL",
-                stack.tenant_id,
-            )
+        row = await conn.fetchrow(
+            """SELECT count(*) FILTER (WHERE published_at IS NOT NULL) AS published,
+                      count(*) FILTER (WHERE status = ANY($2::text[])) AS final
+                 FROM notifications WHERE tenant_id = $1""",
+            stack.tenant_id,
+            list(TERMINAL),
         )
+        return int(row["published"]), int(row["final"])
     finally:
         await conn.close()
 
@@ -97,9 +106,13 @@ async def run(
         key = await stack.make_tenant("critical")
         imported_in_s = await import_backlog(stack, count)
         published_at = time.monotonic()
-        while await queued(stack) < count * 0.9 and time.monotonic() - published_at < 120:  # noqa: ASYNC110
+        published, final = await progress(stack)
+        while time.monotonic() - published_at < 120:
+            if published >= count * 0.9 or published - final >= count * 0.25:
+                break
             await asyncio.sleep(0.5)
-        published_in_s = time.monotonic() - published_at
+            published, final = await progress(stack)
+        published_in_s = time.monotonic() - published_at  # to the first critical send
         backlog_at_start = await stack.pending()
         urgent = start_load(
             stack, count=critical, mix="email=1", priority="critical", rate=critical_rate,
@@ -120,7 +133,9 @@ async def run(
         p99 = urgent_rec.latency(0.99)
         result.figures.update(
             backlog_imported_in_s=round(imported_in_s, 1),
-            backlog_published_in_s=round(published_in_s, 1),
+            critical_started_after_s=round(published_in_s, 1),
+            backlog_published_when_critical_started=published,
+            backlog_on_broker_when_critical_started=published - final,
             backlog_when_critical_started=backlog_at_start,
             backlog_when_critical_ended=backlog_at_end,
             backlog_drained_in_s=round(drained_in_s, 1),
@@ -137,7 +152,7 @@ async def run(
         stages = urgent_rec.figures()["stages_p50_p99_s"]
         result.notes.append(
             f"{critical} critical at {critical_rate:g}/s behind {backlog_at_start:,} queued bulk "
-            f"({backlog_at_end:,} left after): critical p50 {_ms(urgent_rec.latency(0.5))}, p99 {_ms(p99)} "
+            f"({published - final:,} of them on the broker; {backlog_at_end:,} left after): critical p50 {_ms(urgent_rec.latency(0.5))}, p99 {_ms(p99)} "
             f"(p99 publish {_ms(stages['publish'][1])}, consume {_ms(stages['consume'][1])}, "
             f"send {_ms(stages['send'][1])}); backlog drained {drained_in_s:.0f} s later; "
             "max latency column = critical"
