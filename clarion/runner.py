@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
@@ -108,6 +109,9 @@ async def serve_api(
         await asyncio.sleep(0.02)
     if serving.done():
         serving.result()  # startup failed (port taken, database down): raise it
+    # The app, its routes and pools live as long as the process: frozen, they are left out of
+    # every full garbage collection (as in the worker; a collection over them stalls every request).
+    gc.freeze()
     if ready is not None:
         ready.set()
     await stop()
@@ -144,6 +148,7 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
         stale_queued_s=settings.relay_stale_queued_s,
     )
     task = asyncio.create_task(relay.run())
+    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
     try:
         await stop()
     finally:
