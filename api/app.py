@@ -100,7 +100,7 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _document_bodies(app: FastAPI, *models: type[BaseModel]) -> None:
-    """Add request bodies that routes validate themselves (``read_body``) to the OpenAPI components."""
+    """Add request bodies that routes validate themselves (``parse_body``) to the OpenAPI components."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
