@@ -263,10 +263,12 @@ async def _insert_notifications(
     now = datetime.now(UTC)
     order = sorted(passed, key=lambda i: sends[i].event_key)
     rows: list[tuple[Any, ...]] = []
+    statuses: list[Status] = []
     for i in order:
         principal, req = sends[i].principal, sends[i].req
         scheduled = req.send_at is not None and req.send_at > now
         status = Status.scheduled if scheduled else Status.accepted
+        statuses.append(status)
         template = templates.get(i)
         locale = (template.locale if template else None) or recipients[i].locale
         content = req.content.model_dump(exclude_none=True) if req.content else None
@@ -284,19 +286,18 @@ async def _insert_notifications(
     raced = [sends[i] for i, row in zip(order, rows, strict=True) if row[0] not in inserted]
     # A concurrent request with the same event_id won the race: answer as a repeat of it.
     seen = await _existing(conn, raced) if raced else {}
-    for i, row in zip(order, rows, strict=True):
-        send = sends[i]
-        if row[0] not in inserted:
+    for i, row, status in zip(order, rows, statuses, strict=True):
+        send, notification_id = sends[i], row[0]
+        if notification_id not in inserted:
             decisions[i] = _repeat(seen[send.event_key], send)
             continue
-        status = row[15]
         message = None
-        if status == Status.accepted.value:
+        if status is Status.accepted:  # a scheduled one is published by the relay when due
             message = NotificationMessage(
-                id=row[0], tenant_id=send.principal.tenant_id, channel=send.req.channel,
+                id=notification_id, tenant_id=send.principal.tenant_id, channel=send.req.channel,
                 user_id=recipients[i].id, priority=send.req.priority,
             )  # fmt: skip
-        decisions[i] = AcceptResult(row[0], status, False, message)
+        decisions[i] = AcceptResult(notification_id, status.value, False, message)
 
 
 async def _fetch_column(conn: asyncpg.Connection, query: str, args: list[list[Any]]) -> list[Any]:
