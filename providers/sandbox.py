@@ -68,10 +68,23 @@ class SandboxProvider:
         )  # fmt: skip
         return SendResult(provider=self.name, provider_message_id=message_id)
 
-    async def _store(self, rows: list[tuple[object, ...]]) -> list[None]:
+    async def _store(self, rows: list[tuple[object, ...]]) -> list[Exception | None]:
+        """Insert the batch at once; if that fails, row by row, so one bad row fails alone."""
         pool = self._pool or await self._get_pool()
-        await pool.executemany(INSERT, rows)
-        return [None] * len(rows)
+        try:
+            await pool.executemany(INSERT, rows)  # atomic: all rows or none
+            return [None] * len(rows)
+        except Exception:
+            if len(rows) == 1:
+                raise
+        results: list[Exception | None] = []
+        for row in rows:
+            try:
+                await pool.execute(INSERT, *row)
+                results.append(None)
+            except Exception as exc:
+                results.append(exc)
+        return results
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
