@@ -2,6 +2,7 @@
 provider, and accept latency, with the API, an email worker and the relay as separate processes.
 
     .venv/bin/python -m bench.e2e [--count 10000] [--concurrency 64] [--channel email] [--batch N]
+    .venv/bin/python -m bench.e2e --reference   # then the reference pipeline, same load, side by side
 
 It starts its own Tansu broker and a fresh database (dropped afterwards).
 """
@@ -15,6 +16,8 @@ import os
 import secrets
 import statistics
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -77,12 +80,98 @@ async def drive(
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU seconds a process has used so far (Linux /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def main(count: int, concurrency: int, channel: str, workers: int, batch: int) -> None:
+def pids_named(name: str) -> list[int]:
+    """The pids of every process whose command name is ``name`` (PostgreSQL's backends, say)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores have spent on anything but idle and I/O wait so far (/proc/stat)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+Driver = Callable[[int, int], Awaitable[tuple[float, list[float]]]]
+
+
+@dataclass
+class Measurement:
+    """One run's figures: throughput and latency, and the CPU each part of the machine spent.
+
+    ``processes`` names the pipeline's own processes; PostgreSQL (all its backends), Redis, the
+    broker and this load-generating process are counted beside them, and the whole machine's busy
+    time bounds it all (2 cores here: everything competes for them).
+    """
+
+    processes: dict[str, int]
+    broker_pid: int | None = None
+    count: int = 0
+    concurrency: int = 0
+    accept_s: float = 0.0
+    delivered_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    cpu_ms: dict[str, float] = field(default_factory=dict)
+
+    def _groups(self) -> dict[str, list[int]]:
+        groups = {name: [pid] for name, pid in self.processes.items()}
+        groups["postgres (all backends)"] = pids_named("postgres")
+        groups["redis"] = pids_named("redis-server")
+        if self.broker_pid is not None:
+            groups["tansu broker"] = [self.broker_pid]
+        groups["load generator (this process)"] = [os.getpid()]
+        return groups
+
+    def _cpu(self) -> dict[str, float]:
+        cpu = {name: sum(cpu_s(pid) for pid in pids) for name, pids in self._groups().items()}
+        cpu["whole machine"] = machine_busy_s()
+        return cpu
+
+    async def run(
+        self, drive: Driver, *, count: int, concurrency: int, delivered: Callable[[int], Awaitable[bool]]
+    ) -> None:
+        """Warm up (200 sends, until delivered), then send ``count`` more and wait until every one
+        is delivered (``delivered(n)``: at least n delivered so far)."""
+        await drive(200, 16)  # warm-up; also lets the workers join their group
+        await wait_until(lambda: delivered(200), 60)
+        self.count, self.concurrency = count, concurrency
+        before = self._cpu()
+        start = time.perf_counter()
+        self.accept_s, self.latencies = await drive(count, concurrency)
+        await wait_until(lambda: delivered(200 + count), 600, 0.05)
+        self.delivered_s = time.perf_counter() - start
+        after = self._cpu()
+        self.cpu_ms = {name: (after[name] - before[name]) * 1000 / count for name in after}
+
+
+def print_figures(title: str, m: Measurement) -> None:
+    q = statistics.quantiles(m.latencies, n=100)
+    print(f"\n{title}: {m.count} notifications, {m.concurrency} concurrent clients\n")
+    print(f"{'accepted/s':44} {m.count / m.accept_s:10.0f}")
+    print(f"{'accept latency p50 (ms)':44} {q[49] * 1000:10.1f}")
+    print(f"{'accept latency p99 (ms)':44} {q[98] * 1000:10.1f}")
+    print(f"{'delivered/s end to end (to sent)':44} {m.count / m.delivered_s:10.0f}")
+    print(f"{'time to last sent after first send (s)':44} {m.delivered_s:10.2f}")
+    for name, ms in m.cpu_ms.items():
+        print(f"{'CPU ms per notification, ' + name:44} {ms:10.3f}")
+
+
+async def main(count: int, concurrency: int, channel: str, workers: int, batch: int) -> Measurement:
     broker = TansuBroker()
     broker.start()
     url = await fresh_database("clarion_bench")
@@ -114,30 +203,21 @@ async def main(count: int, concurrency: int, channel: str, workers: int, batch: 
                 return False
 
         await wait_until(api_up, 30)
-        await drive(api_url, tenant.key, 200, 16, channel)  # warm-up; also lets the workers join
-        await wait_until(lambda: _count(conn, "sent", 200), 60)
-        base = await conn.fetchval("SELECT count(*) FROM notifications")
-        pids = {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}
-        cpu_before = {name: cpu_s(pid) for name, pid in pids.items()}
-        start = time.perf_counter()
-        elapsed, latencies = await drive(api_url, tenant.key, count, concurrency, channel, batch)
-        await wait_until(lambda: _count(conn, "sent", base + count), 600, 0.05)
-        delivered_s = time.perf_counter() - start
-        cpu_ms = {name: (cpu_s(pid) - cpu_before[name]) * 1000 / count for name, pid in pids.items()}
-        await conn.close()
-        q = statistics.quantiles(latencies, n=100)
-        print(
-            f"\nClarion end to end, {count} {channel} notifications, {concurrency} concurrent clients, "
-            f"{workers} worker process(es), API + relay as separate processes\n"
+        measurement = Measurement(
+            {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}, broker_pid=broker.pid
         )
+        await measurement.run(
+            lambda n, c: drive(api_url, tenant.key, n, c, channel, batch),
+            count=count,
+            concurrency=concurrency,
+            delivered=lambda n: _count(conn, "sent", n),
+        )
+        await conn.close()
         route = "POST /v1/notifications" + ("" if batch == 1 else f"/batch, {batch} a request")
-        print(f"{'accepted/s (' + route + ')':40} {count / elapsed:10.0f}")
-        print(f"{'accept latency p50 (ms)':40} {q[49] * 1000:10.1f}")
-        print(f"{'accept latency p99 (ms)':40} {q[98] * 1000:10.1f}")
-        print(f"{'delivered/s end to end (to sent)':40} {count / delivered_s:10.0f}")
-        print(f"{'time to last sent after first send (s)':40} {delivered_s:10.2f}")
-        for name, ms in cpu_ms.items():
-            print(f"{'CPU ms per notification, ' + name:40} {ms:10.3f}")
+        print_figures(
+            f"Clarion ({route}, {channel}, {workers} worker process(es), API + relay apart)", measurement
+        )
+        return measurement
     finally:
         for p in procs:
             p.stop(10)
@@ -151,6 +231,25 @@ async def _count(conn: asyncpg.Connection, status: str, at_least: int) -> bool:
     )
 
 
+async def compare(count: int, concurrency: int) -> None:
+    """Clarion and the reference pipeline (``bench.reference``), one after the other, same load."""
+    from bench.reference import run_reference
+
+    ours = await main(count, concurrency, "email", 1, 1)
+    theirs = await run_reference(count, concurrency)
+    print("\nClarion / reference")
+    for name, a, b in [
+        ("accepted/s", ours.count / ours.accept_s, theirs.count / theirs.accept_s),
+        ("delivered/s end to end", ours.count / ours.delivered_s, theirs.count / theirs.delivered_s),
+        (
+            "whole-machine CPU ms per notification",
+            ours.cpu_ms["whole machine"],
+            theirs.cpu_ms["whole machine"],
+        ),
+    ]:
+        print(f"{name:44} {a:10.3g} {b:10.3g}   x{a / b:.2f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=10_000)
@@ -160,5 +259,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--batch", type=int, default=1, help="notifications per request (>1: POST /v1/notifications/batch)"
     )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="then run the reference pipeline (bench.reference) under the same load and compare",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.count, args.concurrency, args.channel, args.workers, args.batch))
+    if args.reference:
+        asyncio.run(compare(args.count, args.concurrency))
+    else:
+        asyncio.run(main(args.count, args.concurrency, args.channel, args.workers, args.batch))

@@ -35,6 +35,10 @@ class TansuBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -90,13 +91,16 @@ class Publisher:
         await self._reset()
 
 
-async def create_topics(bootstrap: str, *, partitions: int, timeout_s: float = 20.0) -> list[str]:
-    """Create every Clarion topic that does not exist yet; return the names created."""
+async def create_topics(
+    bootstrap: str, *, partitions: int, timeout_s: float = 20.0, names: Sequence[str] | None = None
+) -> list[str]:
+    """Create every Clarion topic (or each of ``names``) that does not exist yet; return the names
+    created."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [t for t in all_topics() if t not in existing]
+        missing = [t for t in (all_topics() if names is None else names) if t not in existing]
         if missing:
             try:
                 await admin.create_topics(
