@@ -29,9 +29,21 @@ class _Connection(asyncpg.Connection):
         return ""
 
 
+# Every statement planned for its own parameters. asyncpg prepares each statement once per
+# connection, and PostgreSQL then settles on a generic plan after five runs, made from the table
+# sizes of that moment: on a new or young database (a fresh deployment, a test, a benchmark) the
+# notification log looked empty then, so the hot path's lookups by event id and by id kept a
+# hash join over a sequential scan of the whole log for as long as the connection lived, and each
+# one cost more as the log grew (1.8 ms for 14 event ids at 20,000 rows, the largest share of the
+# database's time in ``bench.e2e``). Clarion's hot statements are set-based, run once per batch of
+# sends, so planning each run costs a fraction of a millisecond per batch.
+SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
+
+
 async def create_pool(database_url: str, *, size: int = 10) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
-        asyncpg_dsn(database_url), min_size=1, max_size=size, init=_init, connection_class=_Connection
-    )
+        asyncpg_dsn(database_url), min_size=1, max_size=size, init=_init, connection_class=_Connection,
+        server_settings=SERVER_SETTINGS,
+    )  # fmt: skip
     assert pool is not None
     return pool

@@ -12,11 +12,16 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from clarion.pg import SERVER_SETTINGS
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
 def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
-    return create_async_engine(database_url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    return create_async_engine(
+        database_url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+        connect_args={"server_settings": SERVER_SETTINGS},
+    )  # fmt: skip
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
