@@ -41,7 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
         engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
         pool = await create_pool(settings.database_url, size=settings.db_pool_size)
         publisher = Publisher(settings.kafka_bootstrap or "")
-        outbox = Outbox(engine, publisher)
+        outbox = Outbox(pool, publisher)
         app.state.settings = settings
         app.state.engine = engine
         app.state.pool = pool
