@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from api.accept_queue import AcceptQueue
 from api.auth import KeyCache
 from api.errors import BodySizeLimit, install_error_handlers
+from api.fast_route import FastRoute
 from api.ingress import IngressLimits, RateLimitHeaders
 from api.models import NotificationIn
 from api.ops import QueueMonitor
@@ -85,6 +86,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(key_routes.router)
     if settings.sandbox_enabled:
         app.include_router(sandbox.router)
+    # Innermost of the middlewares, so the size limit, rate-limit headers and rejection counter
+    # below still wrap the hot route.
+    app.add_middleware(
+        FastRoute,
+        method="POST",
+        path="/v1/notifications",
+        endpoint=notifications.send,
+        handlers=app.exception_handlers,
+    )
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.max_body_bytes,
