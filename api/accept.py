@@ -176,9 +176,9 @@ async def _accept_round(
     passed = [i for i in fresh if decisions[i] is None]
     if not passed:
         return
-    ids = await _upsert_users(conn, sends, passed)
+    ids = await _upsert_users(conn, sends, [i for i in passed if not recipients[i].stored])
     for i in passed:
-        if sends[i].req.user is not None:
+        if sends[i].user_key in ids:
             recipients[i].id = ids[sends[i].user_key]
     await _insert_devices(conn, sends, passed, recipients)
     await _insert_notifications(conn, sends, passed, recipients, versions, decisions)

@@ -22,6 +22,7 @@ from workers.templates import TemplateSource, resolve_template_pg
 
 if TYPE_CHECKING:
     from api.accept import Decision, Send
+    from api.models import UserIn
 
 
 @dataclass(slots=True)
@@ -32,10 +33,13 @@ class Recipient:
     email: str | None
     phone: str | None
     locale: str | None
+    # The send's inline details are what the user already has: upserting them would change
+    # nothing but still write a new version of the row (most sends repeat their user's details).
+    stored: bool = False
 
 
 USERS = """
-SELECT u.tenant_id, u.external_id, u.id, u.email, u.phone, u.locale
+SELECT u.tenant_id, u.external_id, u.id, u.email, u.phone, u.locale, u.timezone
   FROM users u
   JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, external_id)
     ON u.tenant_id = k.tenant_id AND u.external_id = k.external_id
@@ -80,6 +84,7 @@ async def find_recipients(
             (user.email if user else None) or (row["email"] if row else None),
             (user.phone if user else None) or (row["phone"] if row else None),
             (user.locale if user else None) or (row["locale"] if row else None),
+            stored=row is not None and user is not None and _already_stored(user, row),
         )
         if req.channel is Channel.email and not recipient.email:
             decisions[i] = ApiError(422, "no_contact", "The user has no email address for the email channel.")
@@ -88,6 +93,17 @@ async def find_recipients(
         else:
             recipients[i] = recipient
     return recipients
+
+
+def _already_stored(user: UserIn, row: asyncpg.Record) -> bool:
+    """Every detail the send gives is the one the user has (a detail left out keeps its value)."""
+    return all(
+        given is None or given == row[name]
+        for name, given in (
+            ("email", user.email), ("phone", user.phone), ("locale", user.locale),
+            ("timezone", user.timezone),
+        )
+    )  # fmt: skip
 
 
 async def check_push_devices(

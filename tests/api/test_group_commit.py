@@ -101,3 +101,30 @@ async def test_concurrent_sends_to_one_user_create_it_once(
             )
         ).scalar_one()
     assert users_of_sends == 1
+
+
+async def test_inline_details_update_the_user_and_repeating_them_writes_nothing(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    async def row_version() -> str:
+        async with engine.connect() as conn:
+            query = "SELECT xmin::text FROM users WHERE tenant_id = :t AND external_id = 'ada'"
+            return str((await conn.execute(sa.text(query), {"t": tenant.id})).scalar_one())
+
+    first = {"id": "ada", "email": "ada@example.com", "phone": "+14155550100", "timezone": "Europe/Paris"}
+    assert (await client.post("/v1/notifications", json=email_send(user=first))).status_code == 202
+    created = (await client.get("/v1/users/ada")).json()
+    version = await row_version()
+
+    # The same details, or fewer of them, change nothing: not even the row's version.
+    for user in (first, {"id": "ada", "email": "ada@example.com"}):
+        assert (await client.post("/v1/notifications", json=email_send(user=user))).status_code == 202
+    assert (await client.get("/v1/users/ada")).json() == created
+    assert await row_version() == version
+
+    # A new detail is applied; the ones left out keep their values.
+    changed = {"id": "ada", "email": "ada@lovelace.dev"}
+    assert (await client.post("/v1/notifications", json=email_send(user=changed))).status_code == 202
+    now = (await client.get("/v1/users/ada")).json()
+    assert (now["email"], now["phone"], now["timezone"]) == ("ada@lovelace.dev", "+14155550100", "Europe/Paris")
+    assert now["updated_at"] > created["updated_at"]
