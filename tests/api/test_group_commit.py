@@ -126,5 +126,9 @@ async def test_inline_details_update_the_user_and_repeating_them_writes_nothing(
     changed = {"id": "ada", "email": "ada@lovelace.dev"}
     assert (await client.post("/v1/notifications", json=email_send(user=changed))).status_code == 202
     now = (await client.get("/v1/users/ada")).json()
-    assert (now["email"], now["phone"], now["timezone"]) == ("ada@lovelace.dev", "+14155550100", "Europe/Paris")
+    assert (now["email"], now["phone"], now["timezone"]) == (
+        "ada@lovelace.dev",
+        "+14155550100",
+        "Europe/Paris",
+    )
     assert now["updated_at"] > created["updated_at"]
