@@ -4,24 +4,33 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from clarion.pg import SERVER_SETTINGS
+from clarion.pg import PLAN_EACH_STATEMENT
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
 def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
-    return create_async_engine(
-        database_url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-        connect_args={"server_settings": SERVER_SETTINGS},
-    )  # fmt: skip
+    engine = create_async_engine(
+        database_url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+    )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def plan_each_statement(dbapi_connection: Any, _: Any) -> None:  # why: clarion.pg
+        cursor = dbapi_connection.cursor()
+        cursor.execute(PLAN_EACH_STATEMENT)
+        cursor.close()
+
+    return engine
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
