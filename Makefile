@@ -30,7 +30,7 @@ test: install services browser lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: install services
-	$(PY) -m bench.e2e
+	$(PY) -m bench.e2e --reference
 
 # Every chaos scenario at full scale against real processes (~15 min); writes chaos/results.md.
 chaos: install

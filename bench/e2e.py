@@ -237,17 +237,13 @@ async def compare(count: int, concurrency: int) -> None:
 
     ours = await main(count, concurrency, "email", 1, 1)
     theirs = await run_reference(count, concurrency)
-    print("\nClarion / reference")
-    for name, a, b in [
-        ("accepted/s", ours.count / ours.accept_s, theirs.count / theirs.accept_s),
-        ("delivered/s end to end", ours.count / ours.delivered_s, theirs.count / theirs.delivered_s),
-        (
-            "whole-machine CPU ms per notification",
-            ours.cpu_ms["whole machine"],
-            theirs.cpu_ms["whole machine"],
-        ),
-    ]:
-        print(f"{name:44} {a:10.3g} {b:10.3g}   x{a / b:.2f}")
+    print(f"\n{'':44} {'Clarion':>10} {'reference':>10} {'ratio':>7}")
+    for name, a, b, unit in [
+        ("accepted/s", ours.count / ours.accept_s, theirs.count / theirs.accept_s, ",.0f"),
+        ("delivered/s end to end", ours.count / ours.delivered_s, theirs.count / theirs.delivered_s, ",.0f"),
+        ("whole-machine CPU ms per notification", ours.cpu_ms["whole machine"], theirs.cpu_ms["whole machine"], ".3f"),
+    ]:  # fmt: skip
+        print(f"{name:44} {a:>10{unit}} {b:>10{unit}} {a / b:>7.2f}")
 
 
 if __name__ == "__main__":
