@@ -79,6 +79,15 @@ async def drive(
         return time.perf_counter() - start, latencies
 
 
+async def ready(api_url: str) -> bool:
+    """``GET /readyz`` answers 200."""
+    try:
+        async with aiohttp.ClientSession() as s, s.get(f"{api_url}/readyz") as r:
+            return r.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used so far (Linux /proc); 0 once it is gone."""
     try:
@@ -194,15 +203,7 @@ async def main(count: int, concurrency: int, channel: str, workers: int, batch: 
             p.start()
         api_url = f"http://127.0.0.1:{settings.api_port}"
         conn = await asyncpg.connect(asyncpg_dsn(url))
-
-        async def api_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as s, s.get(f"{api_url}/readyz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(api_up, 30)
+        await wait_until(lambda: ready(api_url), 30)
         measurement = Measurement(
             {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}, broker_pid=broker.pid
         )

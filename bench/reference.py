@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import Measurement, drive, print_figures
+from bench.e2e import Measurement, drive, print_figures, ready
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from tests.fixtures.services import PG_ADMIN_DSN, wait_until
@@ -104,7 +104,7 @@ def api_app(dsn: str, bootstrap: str, key: str) -> FastAPI:
         return {"id": str(row_id), "status": "accepted"}
 
     @app.get("/readyz")
-    async def ready() -> dict[str, str]:
+    async def readyz() -> dict[str, str]:
         return {"status": "ok"}
 
     return app
@@ -170,7 +170,7 @@ async def stub(port: int) -> None:
 
 
 class Reference:
-    """The reference pipeline's processes, its database and topic; ``run`` drives and measures it."""
+    """The reference pipeline's processes, database and topic (``run_reference`` drives and measures it)."""
 
     def __init__(self, bootstrap: str, redis_url: str) -> None:
         self.bootstrap = bootstrap
@@ -243,14 +243,7 @@ async def run_reference(count: int, concurrency: int) -> Measurement:
             query = "SELECT count(*) FROM notifications WHERE status = 'sent'"
             return int(await conn.fetchval(query)) >= at_least
 
-        async def ready() -> bool:
-            try:
-                async with aiohttp.ClientSession() as s, s.get(f"{url}/readyz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(ready, 30)
+        await wait_until(lambda: ready(url), 30)
         measurement = Measurement(
             {role: proc.pid for role, proc in reference.procs.items()}, broker_pid=broker.pid
         )
