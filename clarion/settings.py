@@ -113,11 +113,23 @@ class Settings(BaseSettings):
         le=65535,
         description="Port on which `clarion worker` and `clarion relay` serve Prometheus /metrics (unset or 0: off; the API serves /metrics on its own port).",
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token a Prometheus scraper sends for the API's /metrics, whose series name every tenant (unset: /metrics answers 404, except under `clarion dev`, where it is open).",
+    )
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
     retry: RetrySettings = Field(
         default_factory=RetrySettings,
         description="Provider retries (in-process and via the retry topic), attempt limits, circuit breakers.",
     )
+
+    @field_validator("metrics_token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, value: object) -> object:
+        # CLARION_METRICS_TOKEN= (empty) must not become a token that an empty bearer matches.
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return value
 
     @field_validator("previous_secret_keys", mode="before")
     @classmethod

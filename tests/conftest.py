@@ -41,6 +41,9 @@ def kafka() -> Any:
     broker.stop()
 
 
+METRICS_TOKEN = "test-metrics-token"  # what the tests' Prometheus scraper sends for /metrics
+
+
 @pytest.fixture(scope="session")
 async def settings(database_url: str, kafka: TansuBroker) -> Settings:
     await create_topics(kafka.bootstrap, partitions=2)
@@ -53,6 +56,7 @@ async def settings(database_url: str, kafka: TansuBroker) -> Settings:
         relay_grace_s=1.0,
         relay_stale_queued_s=30.0,
         db_pool_size=8,
+        metrics_token=METRICS_TOKEN,
     )
 
 

@@ -61,6 +61,10 @@ async def test_clarion_dev_runs_everything_and_stops_cleanly_on_ctrl_c() -> None
             await wait_until(sent, 60)
             messages = (await client.get("/v1/sandbox/messages", params={"notification_id": nid})).json()
             assert messages[0]["recipient"] == "ada@example.com"
+            # The banner's metrics URL opens without a token under clarion dev, and counts that send.
+            async with httpx.AsyncClient(timeout=10) as anonymous:
+                scraped = await anonymous.get(f"http://127.0.0.1:{port}/metrics")
+            assert scraped.status_code == 200 and "clarion_notifications_accepted_total" in scraped.text
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
         assert not _listening(port), "the API still listens after Ctrl-C"

@@ -2,12 +2,15 @@
 
 The API's ``/metrics`` shows this process's counters plus the queue gauges (Kafka lag per topic
 and partition, waiting notifications and the oldest one's age per channel), refreshed on each
-scrape. Workers and the relay serve their own counters on ``CLARION_METRICS_PORT``; under
-``clarion dev`` everything runs in one process, so this endpoint shows it all.
+scrape. Its series name every tenant, so it answers only a scraper holding ``CLARION_METRICS_TOKEN``
+(and anyone under ``clarion dev``). Workers and the relay serve their own counters on
+``CLARION_METRICS_PORT``; under ``clarion dev`` everything runs in one process, so this endpoint
+shows it all.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 
 from fastapi import APIRouter, Request
@@ -15,8 +18,10 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import ApiError
 from api.ops import QueueMonitor
 from clarion import metrics
+from clarion.settings import Settings
 from schema.enums import Channel
 
 router = APIRouter(tags=["operations"])
@@ -28,6 +33,24 @@ _CHANNELS = frozenset(c.value for c in Channel)
 
 @router.get("/metrics", include_in_schema=False)
 async def prometheus_metrics(request: Request) -> Response:
+    """The API's series for a scraper holding ``CLARION_METRICS_TOKEN``: they name every tenant, so
+    no tenant's API key opens them. Without a token configured only ``clarion dev`` serves them."""
+    settings: Settings = request.app.state.settings
+    token = settings.metrics_token
+    if token is None:
+        if settings.env != "dev":
+            raise ApiError(404, "not_found", "Set CLARION_METRICS_TOKEN to serve /metrics on the API.")
+    else:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), token.get_secret_value().encode()
+        ):
+            raise ApiError(
+                401,
+                "unauthorized",
+                "Send the metrics token as 'Authorization: Bearer <CLARION_METRICS_TOKEN>'.",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
     monitor: QueueMonitor = request.app.state.queues
     await monitor.refresh_gauges()
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import create_app
 from tests.api.test_send_validation import email_send
-from tests.conftest import Stack, TenantInfo, make_tenant
+from tests.conftest import METRICS_TOKEN, Stack, TenantInfo, make_tenant
 from tests.e2e.test_delivery import wait_status
-from tests.fixtures.services import ApiServer
+from tests.fixtures.services import ApiServer, api_client
 
 # Routes that take no API key: user-side links carry a signed token (see test_hostile_input) and
 # provider webhooks carry the provider's signature. Anything else must be tenant-isolated.
@@ -223,15 +223,20 @@ async def _assert_victim_unchanged(api_url: str, victim: Victim) -> None:
         assert [i["id"] for i in search["items"]] == [victim.notification_id], search
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /metrics on the API port takes no key and labels series with every tenant's id "
-    "(accepted, rejected, unsubscribes per tenant): see the chaos report",
-)
-async def test_metrics_do_not_show_tenants_to_a_caller_without_a_key(
+async def test_metrics_do_not_show_tenants_to_a_caller_without_the_metrics_token(
     api: ApiServer, client: httpx.AsyncClient, tenant: TenantInfo
 ) -> None:
+    """The API's series name every tenant: neither an anonymous caller nor a tenant's own admin
+    key reads them; the scraper's token does."""
     assert (await client.post("/v1/notifications", json=email_send())).status_code == 202
-    async with httpx.AsyncClient(base_url=api.url, timeout=15) as anonymous:
-        response = await anonymous.get("/metrics")
-    assert response.status_code in (401, 403, 404) or tenant.id not in response.text
+    assert "admin" in (await client.get("/v1/keys")).text  # the tenant's own key is an admin key
+    for key in (None, tenant.key, "not-the-token"):
+        async with api_client(api.url, key) as caller:
+            response = await caller.get("/metrics")
+        assert response.status_code == 401, (key, response.text)
+        assert response.json()["error"]["code"] == "unauthorized"
+        assert tenant.id not in response.text
+    async with api_client(api.url, METRICS_TOKEN) as scraper:
+        response = await scraper.get("/metrics")
+    assert response.status_code == 200
+    assert tenant.id in response.text

@@ -35,7 +35,7 @@ from providers.settings import ProvidersSettings, SendGridSettings
 from schema.enums import Channel
 from tests.api.test_ops import scrape
 from tests.api.test_send_validation import email_send
-from tests.conftest import make_tenant
+from tests.conftest import METRICS_TOKEN, make_tenant
 from tests.e2e.test_delivery import status_of
 from tests.fakes.sendgrid import FakeSendGrid
 from tests.fixtures.services import ApiServer, api_client, drop_database, fresh_database, wait_until
@@ -112,7 +112,8 @@ async def observed(settings: Settings) -> AsyncIterator[Observed]:
         async with api_client(api.url, tenant.key) as client:
 
             async def metrics() -> str:
-                return (await client.get("/metrics")).text
+                scraper = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+                return (await client.get("/metrics", headers=scraper)).text
 
             async def queues() -> dict[str, Any]:
                 response = await client.get("/v1/ops/queues")
