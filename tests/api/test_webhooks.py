@@ -265,6 +265,30 @@ async def test_stop_reply_records_the_error_and_opts_the_user_out_of_sms(
     assert await opt_outs(client, external_id) == [("sms", "*")]
 
 
+async def test_a_stop_reply_outranks_the_users_earlier_category_opt_ins_for_sms(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    sid = "SM" + secrets.token_hex(16)
+    _, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    phone = (await client.get(f"/v1/users/{external_id}")).json()["phone"]
+    chosen = [
+        {"channel": "sms", "category": "orders", "opted_in": True},
+        {"channel": "*", "category": "promos", "opted_in": True},
+        {"channel": "email", "category": "news", "opted_in": True},
+    ]
+    put = await client.put(f"/v1/users/{external_id}/preferences", json={"preferences": chosen})
+    assert put.status_code == 200, put.text
+
+    response = await hooks.twilio(callback(sid, "undelivered", ErrorCode="21610", To=phone))
+
+    assert response.status_code == 200 and response.json()["opted_out"] == 1
+    # Every category the user had opted into is closed for SMS; other channels keep their choices.
+    assert await opt_outs(client, external_id) == [("sms", "*"), ("sms", "orders"), ("sms", "promos")]
+    prefs = (await client.get(f"/v1/users/{external_id}/preferences")).json()["preferences"]
+    opted_in = sorted((p["channel"], p["category"]) for p in prefs if p["opted_in"])
+    assert opted_in == [("*", "promos"), ("email", "news")]
+
+
 async def test_unreachable_handset_is_recorded_without_opting_out(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
