@@ -211,7 +211,7 @@ async def main(count: int, concurrency: int, channel: str, workers: int, batch: 
             lambda n, c: drive(api_url, tenant.key, n, c, channel, batch),
             count=count,
             concurrency=concurrency,
-            delivered=lambda n: _count(conn, "sent", n),
+            delivered=lambda n: count_at_least(conn, "sent", n),
         )
         await conn.close()
         route = "POST /v1/notifications" + ("" if batch == 1 else f"/batch, {batch} a request")
@@ -226,7 +226,8 @@ async def main(count: int, concurrency: int, channel: str, workers: int, batch: 
         await drop_database(url)
 
 
-async def _count(conn: asyncpg.Connection, status: str, at_least: int) -> bool:
+async def count_at_least(conn: asyncpg.Connection, status: str, at_least: int) -> bool:
+    """At least ``at_least`` rows of the connection's ``notifications`` table have ``status``."""
     return (
         int(await conn.fetchval("SELECT count(*) FROM notifications WHERE status = $1", status)) >= at_least
     )

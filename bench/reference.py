@@ -37,10 +37,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import Measurement, drive, print_figures, ready
+from bench.e2e import Measurement, count_at_least, drive, print_figures, ready
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
-from tests.fixtures.services import PG_ADMIN_DSN, wait_until
+from clarion.pg import asyncpg_dsn
+from schema.db import ensure_database
+from tests.fixtures.services import drop_database, pg_url, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "reference.email"
@@ -175,16 +177,14 @@ class Reference:
     def __init__(self, bootstrap: str, redis_url: str) -> None:
         self.bootstrap = bootstrap
         self.redis_url = redis_url
-        self.db = f"clarion_reference_{secrets.token_hex(3)}"
-        self.dsn = f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{self.db}"
+        self.url = pg_url(f"clarion_reference_{secrets.token_hex(3)}")
+        self.dsn = asyncpg_dsn(self.url)
         self.key = secrets.token_urlsafe(24)
         self.api_port = free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     async def start(self) -> str:
-        admin = await asyncpg.connect(PG_ADMIN_DSN)
-        await admin.execute(f'CREATE DATABASE "{self.db}"')
-        await admin.close()
+        await ensure_database(self.url)
         conn = await asyncpg.connect(self.dsn)
         await conn.execute(SCHEMA)
         await conn.close()
@@ -212,9 +212,7 @@ class Reference:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        admin = await asyncpg.connect(PG_ADMIN_DSN)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(self.url)
 
 
 def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
@@ -238,11 +236,6 @@ async def run_reference(count: int, concurrency: int) -> Measurement:
     try:
         url = await reference.start()
         conn = await asyncpg.connect(reference.dsn)
-
-        async def sent(at_least: int) -> bool:
-            query = "SELECT count(*) FROM notifications WHERE status = 'sent'"
-            return int(await conn.fetchval(query)) >= at_least
-
         await wait_until(lambda: ready(url), 30)
         measurement = Measurement(
             {role: proc.pid for role, proc in reference.procs.items()}, broker_pid=broker.pid
@@ -251,7 +244,7 @@ async def run_reference(count: int, concurrency: int) -> Measurement:
             lambda n, c: drive(url, reference.key, n, c, "email"),
             count=count,
             concurrency=concurrency,
-            delivered=sent,
+            delivered=lambda n: count_at_least(conn, "sent", n),
         )
         await conn.close()
         print_figures("Reference pipeline (FastAPI + asyncpg + aiokafka + Redis + aiohttp)", measurement)

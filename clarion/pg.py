@@ -45,7 +45,7 @@ class _Connection(asyncpg.Connection):
 
 async def create_pool(database_url: str, *, size: int = 10) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
-        asyncpg_dsn(database_url), min_size=1, max_size=size, init=_init, connection_class=_Connection,
-    )  # fmt: skip
+        asyncpg_dsn(database_url), min_size=1, max_size=size, init=_init, connection_class=_Connection
+    )
     assert pool is not None
     return pool
