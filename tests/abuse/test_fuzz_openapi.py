@@ -8,72 +8,20 @@ are bounded so the whole run stays under a minute.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from clarion.broker import free_port
-from clarion.settings import Settings
-from tests.conftest import make_tenant
-from tests.fixtures.services import ClarionProcess, wait_until
+from tests.fixtures.contract import contract_problem
 
 EXAMPLES_PER_MODE = 12
 BUDGET_S = 50.0
-
-
-@pytest.fixture
-async def running_api(settings: Settings, engine: AsyncEngine) -> AsyncIterator[tuple[str, str]]:
-    """``clarion api`` as a separate process on a free port, and an admin key for a fresh tenant."""
-    own = settings.model_copy(update={"api_port": free_port()})
-    proc = ClarionProcess(own, "api")
-    proc.start()
-    url = f"http://127.0.0.1:{own.api_port}"
-    tenant = await make_tenant(engine)
-    try:
-        import httpx
-
-        async def up() -> bool:
-            try:
-                async with httpx.AsyncClient() as c:
-                    return (await c.get(f"{url}/healthz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await wait_until(up, 60, 0.2)
-        yield url, tenant.key
-    finally:
-        await asyncio.to_thread(proc.stop, 15)
-
-
-def _problem(response: Any) -> str | None:
-    """Why this response breaks the contract, or None. Pages meant for a browser (the preference
-    page, the unsubscribe confirmation) answer their errors in HTML, as a person reads them."""
-    if response.status_code >= 500:
-        return f"server error {response.status_code}: {response.text[:300]}"
-    content_type = response.headers.get("content-type") or [""]
-    if isinstance(content_type, list):
-        content_type = content_type[0] if content_type else ""
-    if response.status_code < 400 or content_type.startswith("text/html"):
-        return None
-    try:
-        error = response.json()["error"]
-    except (ValueError, KeyError, TypeError):
-        return f"{response.status_code} without the error shape: {response.text[:300]}"
-    if not (isinstance(error.get("code"), str) and error["code"] and isinstance(error.get("message"), str)):
-        return f"{response.status_code} with a malformed error: {error!r}"
-    if "details" not in error:
-        return f"{response.status_code} error without 'details': {error!r}"
-    return None
 
 
 def _fuzz(
@@ -103,7 +51,7 @@ def _fuzz(
             return
         response = case.call(base_url=url, headers=headers, timeout=10)
         sent += 1
-        problem = _problem(response)
+        problem = contract_problem(response)
         if problem is not None:
             sent_body = repr(case.body)[:300]
             problems.setdefault(

@@ -1,0 +1,38 @@
+"""Fixtures of the abuse suite: ``clarion api`` as its own OS process, and the response contract."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from clarion.broker import free_port
+from clarion.settings import Settings
+from tests.conftest import make_tenant
+from tests.fixtures.services import ClarionProcess, wait_until
+
+
+@pytest.fixture
+async def running_api(settings: Settings, engine: AsyncEngine) -> AsyncIterator[tuple[str, str]]:
+    """``clarion api`` as a separate process on a free port, and an admin key for a fresh tenant."""
+    own = settings.model_copy(update={"api_port": free_port()})
+    proc = ClarionProcess(own, "api")
+    proc.start()
+    url = f"http://127.0.0.1:{own.api_port}"
+    tenant = await make_tenant(engine)
+    try:
+
+        async def up() -> bool:
+            try:
+                async with httpx.AsyncClient() as c:
+                    return (await c.get(f"{url}/healthz")).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        await wait_until(up, 60, 0.2)
+        yield url, tenant.key
+    finally:
+        await asyncio.to_thread(proc.stop, 15)
