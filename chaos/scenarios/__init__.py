@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from chaos.report import Result
-from chaos.scenarios import backlog, broker, crash, database, redis, shutdown, storm
+from chaos.scenarios import backlog, broker, crash, database, hostile, redis, shutdown, storm
 
 Scenario = Callable[[float, Path], Awaitable[Result]]
 
@@ -18,6 +18,7 @@ SCENARIOS: dict[str, Scenario] = {
     "redis": redis.run,
     "backlog": backlog.run,
     "shutdown": shutdown.run,
+    "hostile": hostile.run,
 }
 
 # Short enough at a small scale to run in CI (tests/chaos).
