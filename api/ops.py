@@ -262,6 +262,7 @@ class QueueMonitor:
                     continue
                 depth, age = pending.get((channel.value, lane), (0, None))
                 metrics.QUEUE_DEPTH.labels(channel.value, lane).set(depth)
+                metrics.OLDEST_WAITING_AGE.labels(channel.value, lane).set(age or 0.0)
                 if age is not None:
                     ages.append(age)
             metrics.OLDEST_UNDELIVERED_AGE.labels(channel.value).set(max(ages) if ages else 0.0)

@@ -85,6 +85,11 @@ OLDEST_UNDELIVERED_AGE = Gauge(
     "Age of the oldest due notification not yet in a final status (0 when none), from the log.",
     ["channel"],
 )
+OLDEST_WAITING_AGE = Gauge(
+    "clarion_oldest_waiting_age_seconds",
+    "Age of the oldest due notification not yet in a final status, per lane (0 when none), from the log.",
+    ["channel", "lane"],
+)
 DLQ_SIZE = Gauge(
     "clarion_dlq_size",
     "Dead notifications (retries exhausted) waiting for a redrive, from the log.",
