@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: dev test install lint bench services browser chaos
+.PHONY: dev test install lint bench services browser prometheus chaos
 
 install: $(VENV)/.installed
 
@@ -15,6 +15,9 @@ $(VENV)/.installed: pyproject.toml
 browser:
 	@bash scripts/browser.sh
 
+prometheus:
+	@bash scripts/prometheus.sh
+
 services:
 	@bash scripts/services.sh
 
@@ -26,7 +29,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: install services browser lint
+test: install services browser prometheus lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: install services
