@@ -33,7 +33,7 @@ from clarion.tenants import Principal
 from schema.enums import Status
 from schema.ids import uuid7
 from schema.messages import NotificationMessage
-from workers.render import Renderer
+from workers.render import Renderer, RequestBudget
 from workers.templates import TemplateSource
 
 
@@ -52,10 +52,14 @@ class Send:
     principal: Principal
     req: NotificationIn
     digest: str
+    render_budget: RequestBudget | None = None
+    """CPU time for rendering shared with the other sends of the same request (a batch)."""
 
     @classmethod
-    def of(cls, principal: Principal, req: NotificationIn) -> Send:
-        return cls(principal, req, request_hash(req))
+    def of(
+        cls, principal: Principal, req: NotificationIn, render_budget: RequestBudget | None = None
+    ) -> Send:
+        return cls(principal, req, request_hash(req), render_budget)
 
     @property
     def event_key(self) -> tuple[str, str]:

@@ -53,6 +53,8 @@ def render_error(exc: RenderError) -> ApiError:
         code = "missing_template_variable"
     elif exc.code == "unsafe_template":
         code = "unsafe_template"
+    elif exc.code == "template_syntax":
+        code = "template_syntax_error"
     else:
         code = f"template_{exc.code}".replace("template_template_", "template_")
     details = {"variable": exc.variable} if exc.variable else None
@@ -171,7 +173,13 @@ async def check_content(
             templates[i] = template
             source = (template.subject, template.body, template.html)
         try:
-            renderer.render(subject=source[0], body=source[1], html=source[2], data=req.data)
+            await renderer.render_async(
+                subject=source[0],
+                body=source[1],
+                html=source[2],
+                data=req.data,
+                budget=sends[i].render_budget,
+            )
         except RenderError as exc:
             decisions[i] = render_error(exc)
             del recipients[i]

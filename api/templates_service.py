@@ -121,12 +121,12 @@ def _out(row: Any) -> TemplateOut:
     )
 
 
-def _check_renders(
+async def _check_renders(
     renderer: Renderer, *, subject: str | None, body: str, html: str | None, data: dict[str, Any]
 ) -> None:
     try:
-        renderer.check_syntax(subject=subject, body=body, html=html)
-        renderer.render(subject=subject, body=body, html=html, data=data)
+        # render_async compiles too (off the event loop): a syntax error is reported the same way.
+        await renderer.render_async(subject=subject, body=body, html=html, data=data)
     except RenderError as exc:
         raise render_error(exc) from None
 
@@ -151,7 +151,7 @@ async def create_template(
 ) -> TemplateOut:
     """Store a new version (``max + 1``) of the template; ``422`` when it does not render."""
     subject = template.title if template.channel is Channel.push else template.subject
-    _check_renders(
+    await _check_renders(
         renderer, subject=subject, body=template.body, html=template.html, data=template.sample_data
     )
     locale = template.locale or default_locale
@@ -201,7 +201,7 @@ async def activate_template(
                 "unknown_template",
                 f"No {channel} template '{name}' version {target.version} in locale '{target.locale}'.",
             )
-        _check_renders(
+        await _check_renders(
             renderer, subject=row.subject, body=row.body, html=row.html, data=row.sample_data or {}
         )
         await conn.execute(
@@ -246,7 +246,7 @@ async def preview_template(
     if template is None:
         raise ApiError(404, "unknown_template", f"No {req.channel.value} template '{name}'.")
     try:
-        content = renderer.render(
+        content = await renderer.render_async(
             subject=template.subject, body=template.body, html=template.html, data=req.data
         )
     except RenderError as exc:

@@ -188,7 +188,9 @@ class Pipeline:
         if row["content"] is not None:
             c = row["content"]
             subject = c.get("subject") if self.channel is Channel.email else c.get("title")
-            return self.renderer.render(subject=subject, body=c["body"], html=c.get("html"), data=row["data"])
+            return await self.renderer.render_async(
+                subject=subject, body=c["body"], html=c.get("html"), data=row["data"]
+            )
         key = (row["tenant_id"], row["template"], row["channel"], row["locale"], row["template_version"])
         source = self._templates.get(key)
         if source is None:
@@ -204,7 +206,9 @@ class Pipeline:
                 raise RenderError("template_error", f"template '{row['template']}' no longer exists")
             source = (template.subject, template.body, template.html)
             self._templates[key] = source  # a (name, locale, version) never changes: cache forever
-        return self.renderer.render(subject=source[0], body=source[1], html=source[2], data=row["data"])
+        return await self.renderer.render_async(
+            subject=source[0], body=source[1], html=source[2], data=row["data"]
+        )
 
     async def _send_all(
         self, row: dict[str, Any], content: RenderedContent, addresses: list[Address]

@@ -25,60 +25,51 @@ What is bounded (``code="render_limit"``), per ``render`` call:
   call cannot run away while the clock is not looked at;
 - ``range()`` yields at most 100,000 items (the sandbox's ``MAX_RANGE``); deep recursion is stopped.
 
+- integers at most 16,384 bits, the *expanded* size of a structure before it becomes text, and the
+  nesting of the source (brackets, blocks, unary chains) before Jinja's recursive parser sees it:
+  ``workers/render_limits.py`` says how each is checked;
+- a render never holds an event loop: ``render_async`` runs it on the renderer's two threads, and
+  a ``RequestBudget`` shares one CPU budget between every render of a request (a batch).
+
 Not bounded here: the size of ``data`` itself (the API bounds request sizes).
 """
 
 from __future__ import annotations
 
 import ast as pyast
+import asyncio
 import hashlib
 import json
 import re
-import string
+import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
-from contextvars import ContextVar
+from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache, wraps
-from typing import Any, Literal, cast
+from functools import lru_cache, partial
+from typing import Any, cast
 
 import jinja2
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
-from jinja2.filters import make_attrgetter
-from jinja2.runtime import Context, StrictUndefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
 
-RenderErrorCode = Literal[
-    "missing_variable", "unsafe_template", "template_syntax", "template_error", "render_limit"
-]
-Part = Literal["subject", "body", "html"]
+from workers.render_errors import Part, RenderError, RenderErrorCode
+from workers.render_limits import (
+    _CAP,
+    _STEP,
+    _TEXT,
+    _Budget,
+    _budget,
+    _check_deadline,
+    _Environment,
+    _limit,
+    check_nesting,
+)
 
-
-class RenderError(Exception):
-    """A template could not be rendered; ``code`` says why, ``part`` says where.
-
-    ``message`` is for people (``template variable 'order_id' is undefined``); ``str(error)``
-    prefixes it with the part. ``variable`` is set when ``code == "missing_variable"``.
-
-    ``template_error`` covers runtime faults in the template itself (``{{ 1 / 0 }}``,
-    ``{{ 'a' + 1 }}``); the other codes are described in the module docstring.
-    """
-
-    def __init__(
-        self, code: RenderErrorCode, message: str, *, variable: str | None = None, part: Part | None = None
-    ) -> None:
-        super().__init__(f"{part}: {message}" if part else message)
-        self.code: RenderErrorCode = code
-        self.message = message
-        self.variable = variable
-        self.part = part
-        self.timed_out = False  # the render ran out of its CPU-time budget (not a size limit)
-
-    def __repr__(self) -> str:
-        return f"RenderError(code={self.code!r}, message={self.message!r}, variable={self.variable!r})"
+__all__ = [
+    "CompiledTemplate", "Part", "RenderError", "RenderErrorCode", "RenderedContent", "Renderer", "RequestBudget",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,215 +89,6 @@ class CompiledTemplate:
     template: jinja2.Template
     attribute_paths: tuple[tuple[str | int, ...], ...]
     """Every literal ``a.b[0].c`` chain in the source, to name a missing attribute by its path."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# The budget of the render in progress. Checks read it from a ContextVar because the compiled
-# template calls back into the environment, which is shared by every render of this Renderer.
-
-
-@dataclass(slots=True)
-class _Budget:
-    deadline: float | None
-    max_render_ms: int
-    max_value_chars: int
-    checks: int = 0  # deadline checks so far; the clock is read on every CLOCK_EVERY-th
-
-
-# Reading the thread's CPU clock is a system call (~3 us here, more than a short render's chunk);
-# between two readings at most CLOCK_EVERY - 1 steps run, each bounded by the size checks.
-CLOCK_EVERY = 8
-
-
-_budget: ContextVar[_Budget | None] = ContextVar("clarion_render_budget", default=None)
-_DEFAULT_MAX_VALUE_CHARS = 100_000
-_MAX_POWER_BITS = 16_384
-_STEP = "_clarion_step"
-_CAP = "_clarion_cap"
-
-
-def _limit(message: str) -> RenderError:
-    return RenderError("render_limit", message)
-
-
-def _check_deadline() -> None:
-    budget = _budget.get()
-    if budget is None or budget.deadline is None:
-        return
-    budget.checks += 1
-    # CPU time of this thread, not wall time: a render preempted on a busy machine is not slow.
-    if budget.checks % CLOCK_EVERY == 0 and time.thread_time() > budget.deadline:
-        raise _limit(f"template took longer than {budget.max_render_ms} ms to render")
-
-
-def _max_chars() -> int:
-    budget = _budget.get()
-    return budget.max_value_chars if budget is not None else _DEFAULT_MAX_VALUE_CHARS
-
-
-def _check_size(size: int) -> None:
-    if size > (limit := _max_chars()):
-        raise _limit(f"template builds a value longer than {limit} characters")
-
-
-def _capped(value: Any) -> Any:
-    if isinstance(value, str | list | tuple | bytes):
-        _check_size(len(value))
-    return value
-
-
-def _bounded_iter(value: Iterable[Any]) -> Iterator[Any]:
-    for item in value:
-        _check_deadline()
-        yield item
-
-
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
-_DIGITS = re.compile(r"\d+")
-
-
-def _check_percent_format(fmt: str) -> None:
-    for match in _PERCENT_SPEC.finditer(fmt):
-        for width in match.groups():
-            if width == "*":
-                raise _limit("'*' widths are not allowed in format strings")
-            if width is not None:
-                _check_size(int(width))
-
-
-def _check_brace_format(fmt: str) -> None:
-    for _, _, spec, _ in string.Formatter().parse(fmt):
-        if not spec:
-            continue
-        if "{" in spec:
-            raise _limit("nested format specifications are not allowed")
-        for width in _DIGITS.findall(spec):
-            _check_size(int(width))
-
-
-def _check_replace(text: Any, old: Any, new: Any) -> None:
-    text, old, new = str(text), str(old), str(new)
-    count = text.count(old)
-    _check_size(len(text) + count * max(0, len(new) - len(old)))
-
-
-def _check_join(items: list[Any], separator: Any) -> None:
-    _check_size(sum(len(str(item)) for item in items) + len(str(separator)) * max(0, len(items) - 1))
-
-
-def _check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
-    """Pre-check the ``str`` methods whose output can be far larger than their input."""
-    method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format
-    owner = getattr(method, "__self__", None)
-    if not isinstance(owner, str):
-        return
-    name = getattr(method, "__name__", "")
-    if name in {"center", "ljust", "rjust", "zfill"} and args and isinstance(args[0], int):
-        _check_size(args[0])
-    elif name == "expandtabs":
-        tabsize = args[0] if args and isinstance(args[0], int) else 8
-        _check_size(len(owner) + owner.count("\t") * tabsize)
-    elif name == "replace" and len(args) >= 2:
-        _check_replace(owner, args[0], args[1])
-    elif name == "join" and args:
-        _check_join(list(args[0]), owner)
-    elif name in {"format", "format_map"}:
-        _check_brace_format(owner)
-
-
-class _BoundedNamespace(Namespace):
-    def __setitem__(self, name: str, value: Any) -> None:
-        super().__setitem__(name, _capped(value))
-
-
-def _int_args_checked(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a filter whose parameters are widths, counts or inserted strings (``indent``'s prefix,
-    ``wordwrap``'s wrapstring): refuse ones that could take the output above the size limit."""
-    skip = 2 if hasattr(func, "jinja_pass_arg") else 1
-
-    @wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        value = args[skip - 1] if len(args) >= skip else ""
-        text = value if isinstance(value, str) else ""
-        # indent inserts its prefix once per line; wordwrap its wrapstring at most every other char
-        repeats = text.count("\n") + 1 if func.__name__ == "do_indent" else len(text) // 2 + 1
-        for arg in (*args[skip:], *kwargs.values()):
-            if isinstance(arg, int) and not isinstance(arg, bool):
-                _check_size(arg)
-            elif isinstance(arg, str):
-                _check_size(len(text) + len(arg) * repeats)
-        return _capped(func(*args, **kwargs))
-
-    return checked
-
-
-class _Environment(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**", "%", "+"})
-
-    def __init__(self, *, autoescape: bool) -> None:
-        super().__init__(
-            autoescape=autoescape,
-            undefined=StrictUndefined,
-            auto_reload=False,
-            trim_blocks=True,  # a block tag on a line of its own leaves no blank line behind
-            lstrip_blocks=True,
-        )
-        self.globals.pop("lipsum", None)  # CPU-heavy and useless in notifications
-        self.globals["namespace"] = _BoundedNamespace
-        self.filters[_STEP] = _bounded_iter
-        self.filters[_CAP] = _capped
-        for name in ("center", "indent", "wordwrap", "batch", "slice"):
-            self.filters[name] = _int_args_checked(self.filters[name])
-        self.filters["format"] = self._format_filter(self.filters["format"])
-        self.filters["join"] = self._join_filter(self.filters["join"])
-        self.filters["replace"] = self._replace_filter(self.filters["replace"])
-
-    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(times, int):
-                    _check_size(len(seq) * times)
-        elif operator == "**":
-            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-                if left.bit_length() * right > _MAX_POWER_BITS:
-                    raise _limit("number is too large")
-        elif operator == "%" and isinstance(left, str):
-            _check_percent_format(left)
-        return _capped(super().call_binop(context, operator, left, right))
-
-    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_deadline()
-        _check_str_method(obj, args)
-        return _capped(super().call(context, obj, *args, **kwargs))
-
-    @staticmethod
-    def _format_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-            _check_percent_format(str(value))
-            return _capped(func(value, *args, **kwargs))
-
-        return checked
-
-    def _join_filter(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(eval_ctx: Any, value: Iterable[Any], d: str = "", attribute: Any = None) -> Any:
-            items = list(value)
-            if attribute is not None:
-                items = list(map(make_attrgetter(self, attribute), items))
-            _check_join(items, d)
-            return func(eval_ctx, items, d)
-
-        return checked
-
-    @staticmethod
-    def _replace_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(eval_ctx: Any, s: Any, old: Any, new: Any, count: int | None = None) -> Any:
-            _check_replace(s, old, new)
-            return func(eval_ctx, s, old, new, count)
-
-        return checked
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -346,6 +128,8 @@ class _Instrument(NodeTransformer):
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
+        # ``~`` turns each operand into text before the result can be measured: measure them first.
+        node.nodes = [nodes.Filter(n, _TEXT, [], [], None, None, lineno=node.lineno) for n in node.nodes]
         return nodes.Filter(node, _CAP, [], [], None, None, lineno=node.lineno)
 
     def visit_AssignBlock(self, node: nodes.AssignBlock) -> nodes.Node:
@@ -436,6 +220,29 @@ def _missing_variable(message: str, compiled: CompiledTemplate, data: dict[str, 
 # ---------------------------------------------------------------------------------------------------
 
 
+class RequestBudget:
+    """CPU time shared by every render of one request (a batch of 1,000 items gets this once, not
+    1,000 times the per-render limit). Safe to share between the render threads."""
+
+    def __init__(self, total_ms: float) -> None:
+        self.total_ms = total_ms
+        self._spent_s = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def remaining_ms(self) -> float:
+        return self.total_ms - self._spent_s * 1000
+
+    def spend(self, seconds: float) -> None:
+        with self._lock:
+            self._spent_s += seconds
+
+
+# Two threads: renders never hold the event loop, and at most two run at once (the machine has two
+# cores, and a render is pure Python under the GIL: more threads would only queue for it).
+_RENDER_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="clarion-render")
+
+
 class Renderer:
     """Renders notification content; one instance is meant to be shared by a whole worker."""
 
@@ -460,31 +267,68 @@ class Renderer:
         for part, source, is_html in self._parts(subject, body, html):
             self._compile_part(part, source, is_html)
 
-    def render(
-        self, *, subject: str | None, body: str, html: str | None, data: dict[str, Any]
+    async def render_async(
+        self,
+        *,
+        subject: str | None,
+        body: str,
+        html: str | None,
+        data: dict[str, Any],
+        budget: RequestBudget | None = None,
     ) -> RenderedContent:
-        """Render every given part with ``data``, within the limits described in the module docstring."""
+        """``render`` on the renderer's own threads, so the event loop keeps answering while a
+        template runs (the GIL is handed back every ``sys.getswitchinterval()``, 5 ms)."""
+        call = partial(self.render, subject=subject, body=body, html=html, data=data, budget=budget)
+        return await asyncio.get_running_loop().run_in_executor(_RENDER_THREADS, call)
+
+    def render(
+        self,
+        *,
+        subject: str | None,
+        body: str,
+        html: str | None,
+        data: dict[str, Any],
+        budget: RequestBudget | None = None,
+    ) -> RenderedContent:
+        """Render every given part with ``data``, within the limits described in the module docstring.
+        With ``budget``, the render also spends (and is limited by) the CPU time left in it."""
+        started = time.thread_time()
+        try:
+            return self._render_once(subject=subject, body=body, html=html, data=data, budget=budget)
+        finally:
+            if budget is not None:
+                budget.spend(time.thread_time() - started)
+
+    def _render_once(
+        self, *, subject: str | None, body: str, html: str | None, data: dict[str, Any],
+        budget: RequestBudget | None,
+    ) -> RenderedContent:  # fmt: skip
+        max_ms = float(self.max_render_ms)
+        if budget is not None:
+            max_ms = min(max_ms, budget.remaining_ms)
+            if max_ms <= 0:
+                raise _limit(f"the request's render budget ({budget.total_ms} ms) is spent")
         compiled = [
             (part, self._compile_part(part, source, is_html))
             for part, source, is_html in self._parts(subject, body, html)
         ]
         try:
-            out = self._render_parts(compiled, data)
+            out = self._render_parts(compiled, data, max_ms)
         except RenderError as exc:
-            if not exc.timed_out:
+            if not exc.timed_out or budget is not None:
                 raise
             # The CPU clock also counts what the template did not cause (a garbage collection, the
             # machine pausing this thread): one more try tells an unlucky render from a slow template.
-            out = self._render_parts(compiled, data)
+            out = self._render_parts(compiled, data, max_ms)
         rendered_subject = out.get("subject")
         if rendered_subject is not None and ("\r" in rendered_subject or "\n" in rendered_subject):
             raise RenderError("unsafe_template", "subject must be a single line", part="subject")
         return RenderedContent(subject=rendered_subject, body=out["body"], html=out.get("html"))
 
     def _render_parts(
-        self, compiled: list[tuple[Part, CompiledTemplate]], data: dict[str, Any]
+        self, compiled: list[tuple[Part, CompiledTemplate]], data: dict[str, Any], max_ms: float
     ) -> dict[Part, str]:
-        budget = self._budget(deadline=time.thread_time() + self.max_render_ms / 1000)
+        budget = self._budget(deadline=time.thread_time() + max_ms / 1000)
         token = _budget.set(budget)
         try:
             return {part: self._render_part(part, tpl, data) for part, tpl in compiled}
@@ -525,6 +369,7 @@ class Renderer:
         # The optimizer folds constant expressions while compiling: keep the size checks on.
         token = _budget.set(self._budget(deadline=None))
         try:
+            check_nesting(source, env)
             tree = env.parse(source)
             paths = _attribute_paths(tree)
             tree = _Instrument().visit(tree)
@@ -532,6 +377,10 @@ class Renderer:
             return CompiledTemplate(template=env.from_string(tree), attribute_paths=paths)
         except TemplateSyntaxError as exc:
             raise RenderError("template_syntax", f"line {exc.lineno}: {exc.message}") from None
+        except (RecursionError, MemoryError, SyntaxError):
+            # A long operator chain is one flat loop for the parser but a deep tree to compile; deep
+            # blocks become Python code nested past its 100 indentation levels (SyntaxError).
+            raise _limit("template is too deeply nested to compile") from None
         finally:
             _budget.reset(token)
 
@@ -574,4 +423,14 @@ class Renderer:
             raise RenderError("template_error", f"{type(exc).__name__}: {exc}", part=part) from None
         finally:
             stream.close()
-        return "".join(chunks)
+        text = "".join(chunks)
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError as exc:  # a lone surrogate: no provider can carry it
+                raise RenderError(
+                    "template_error",
+                    f"rendered {part} holds text that is not valid Unicode ({exc.reason})",
+                    part=part,
+                ) from None
+        return text

@@ -1,0 +1,92 @@
+"""Hard limits of the renderer, against a corpus of hostile templates and generated ones."""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.workers.hostile_templates import HOSTILE
+from workers.render import Renderer, RenderError, RequestBudget
+
+REFUSED = {"render_limit", "template_syntax", "template_error"}
+MAX_GROWTH_BYTES = 64 * 1024 * 1024
+
+
+def test_the_corpus_covers_every_mechanism_many_times() -> None:
+    assert len(HOSTILE) >= 50
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_template_is_refused_in_little_memory(name: str) -> None:
+    renderer = Renderer()
+    tracemalloc.start()
+    try:
+        with pytest.raises(RenderError) as caught:
+            renderer.render(subject=None, body=HOSTILE[name], html=None, data={})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.code in REFUSED, caught.value
+    assert peak < MAX_GROWTH_BYTES, f"{name} peaked at {peak / 1e6:.0f} MB"
+
+
+FRAGMENTS = [
+    "{{ x }}", "{{ x * y }}", "{{ x ** y }}", "{{ x ~ x }}", "{{ [x, x] }}", "{{ x|string }}",
+    "{{ x|tojson }}", "{{ [x]|sum(start=[]) }}", "{% set x = [x, x] %}", "{% set x = x * y %}",
+    "{% set x = x ~ x %}", "{% for i in range(y) %}{{ i }}{% endfor %}", "{{ (x) }}", "{{ x|join(',') }}",
+    "{% if x %}a{% endif %}", "{{ x|list|length }}", "{{ '%s' % (x,) }}", "{{ x|center(y) }}",
+]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    parts=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=30),
+    x=st.one_of(st.integers(-(2**64), 2**64), st.text(max_size=20), st.lists(st.integers(), max_size=5)),
+    y=st.integers(-10, 200_000),
+)
+def test_any_composition_renders_within_limits_or_is_refused(parts: list[str], x: object, y: int) -> None:
+    renderer = Renderer()
+    try:
+        out = renderer.render(subject=None, body="".join(parts), html=None, data={"x": x, "y": y})
+    except RenderError:
+        return
+    assert len(out.body) <= renderer.max_output_chars
+
+
+def test_a_request_budget_is_shared_by_every_render_of_the_request() -> None:
+    renderer = Renderer(max_render_ms=200)
+    budget = RequestBudget(250)
+    slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    for _ in range(2):  # each spends up to its 200 ms, or what is left of the 250
+        with pytest.raises(RenderError):
+            renderer.render(subject=None, body=slow, html=None, data={}, budget=budget)
+    with pytest.raises(RenderError) as caught:
+        renderer.render(subject=None, body="fine {{ x }}", html=None, data={"x": 1}, budget=budget)
+    assert "budget" in caught.value.message
+    assert Renderer().render(subject=None, body="fine {{ x }}", html=None, data={"x": 1}).body == "fine 1"
+
+
+async def test_a_slow_render_leaves_the_event_loop_free() -> None:
+    renderer = Renderer(max_render_ms=300)
+    ticks = 0
+    render = asyncio.ensure_future(
+        renderer.render_async(subject=None, body=HOSTILE["nested_range_loop"], html=None, data={})
+    )
+    while not render.done():
+        ticks += 1
+        await asyncio.sleep(0.001)
+    with pytest.raises(RenderError):
+        await render
+    assert ticks >= 10, "the loop was held while the template rendered"
+
+
+def test_normal_templates_still_render() -> None:
+    renderer = Renderer()
+    body = "{% set a = [1, 2, 3] %}{{ a|join(',') }} {{ 2**64 }} {{ (a|sum) * 3 }} {{ {'k': a}|tojson }}"
+    assert renderer.render(subject=None, body=body, html=None, data={}).body == (
+        '1,2,3 18446744073709551616 18 {"k": [1, 2, 3]}'
+    )
