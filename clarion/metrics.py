@@ -49,6 +49,11 @@ BREAKER_STATE = Gauge(
     "Circuit breaker state per provider (0 closed, 1 half-open, 2 open).",
     ["provider"],
 )
+INTERNAL_ERRORS = Counter(
+    "clarion_worker_internal_errors_total",
+    "Notifications ended by an unexpected exception in the worker (they fail alone), by exception class.",
+    ["channel", "exception"],
+)
 POISON = Counter("clarion_poison_messages_total", "Undecodable Kafka records sent to the DLQ.", ["channel"])
 REDRIVEN = Counter(
     "clarion_dlq_redriven_total", "Dead notifications re-queued by a DLQ redrive.", ["channel"]

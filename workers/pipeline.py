@@ -118,11 +118,11 @@ class Pipeline:
         for screen in self.screens:
             open_rows = [r for r in rows if r["id"] not in stopped]
             if open_rows:
-                stopped.update(await screen.screen(open_rows))
+                stopped.update(await self._screen_isolated(screen, open_rows))
         go = [r for r in rows if r["id"] not in stopped]
         addresses = await addresses_for(pool=self.pool, rows=go)
         outcomes = list(stopped.values())
-        outcomes += await asyncio.gather(*(self._deliver_one(row, addresses[row["id"]]) for row in go))
+        outcomes += await asyncio.gather(*(self._deliver_isolated(row, addresses[row["id"]]) for row in go))
         self._events.update({r["id"]: r["event_id"] for r in rows})
         return outcomes
 
@@ -153,7 +153,68 @@ class Pipeline:
             if o.status == Status.retrying.value:
                 metrics.RETRIES.labels(self.channel.value).inc()
 
-    async def _deliver_one(self, row: dict[str, Any], addresses: list[Address]) -> Outcome:
+    async def _screen_isolated(self, screen: Screen, rows: list[Row]) -> dict[UUID, Outcome]:
+        """A screen over the whole batch; when it raises, it is asked row by row, so only the rows
+        it cannot judge fail (``internal_error``), never their neighbours."""
+        try:
+            return await screen.screen(rows)
+        except Exception:
+            pass
+        stopped: dict[UUID, Outcome] = {}
+        for row in rows:
+            try:
+                stopped.update(await screen.screen([row]))
+            except Exception as exc:
+                stopped[row["id"]] = self._internal_error(row, exc, [])
+        return stopped
+
+    async def _deliver_isolated(self, row: Row, addresses: list[Address]) -> Outcome:
+        """``_deliver_one``, where any exception ends this notification alone: ``failed`` with
+        ``internal_error``, or ``sent`` when a provider had already accepted it (a provider call
+        that happened is always recorded, with its attempt row)."""
+        attempts: list[Attempt] = []
+        try:
+            return await self._deliver_one(row, addresses, attempts)
+        except Exception as exc:
+            return self._internal_error(row, exc, attempts)
+
+    def _internal_error(self, row: Row, exc: Exception, attempts: list[Attempt]) -> Outcome:
+        kind = type(exc).__name__
+        metrics.INTERNAL_ERRORS.labels(self.channel.value, kind).inc()
+        log.error(
+            "notification failed on an internal error (%s)",
+            kind,
+            extra={"notification_id": row["id"], "event_id": row["event_id"], "channel": self.channel.value},
+            exc_info=log.isEnabledFor(logging.DEBUG),  # a traceback may quote the tenant's data
+        )
+        delivered = [a for a in attempts if a.outcome == "sent"]
+        if delivered:
+            return Outcome(
+                notification_id=row["id"],
+                status=Status.sent.value,
+                calls=len(attempts),
+                provider=delivered[0].provider,
+                provider_message_id=",".join(a.provider_message_id or "" for a in delivered),
+                detail=f"sent; then {kind} while concluding",
+                attempts=attempts,
+            )
+        now = datetime.now(UTC)
+        return Outcome(
+            notification_id=row["id"],
+            status=Status.failed.value,
+            calls=len(attempts),
+            error_code="internal_error",
+            error_message=f"{kind} while delivering this notification",
+            attempts=[
+                *attempts,
+                Attempt(row["id"], row["attempts"] + len(attempts) + 1, "none", None, now, now,
+                        "permanent", "internal_error", kind),
+            ],
+        )  # fmt: skip
+
+    async def _deliver_one(
+        self, row: dict[str, Any], addresses: list[Address], attempts: list[Attempt]
+    ) -> Outcome:
         nid: UUID = row["id"]
         now = datetime.now(UTC)
         if row["expires_at"] is not None and row["expires_at"] <= now:
@@ -182,7 +243,7 @@ class Pipeline:
             if stop is not None:
                 return stop
         async with self._slots:
-            return await self._send_all(row, content, addresses)
+            return await self._send_all(row, content, addresses, attempts)
 
     async def _render(self, row: dict[str, Any]) -> RenderedContent:
         if row["content"] is not None:
@@ -211,10 +272,9 @@ class Pipeline:
         )
 
     async def _send_all(
-        self, row: dict[str, Any], content: RenderedContent, addresses: list[Address]
+        self, row: dict[str, Any], content: RenderedContent, addresses: list[Address], attempts: list[Attempt]
     ) -> Outcome:
         nid: UUID = row["id"]
-        attempts: list[Attempt] = []
         results: list[SendResult] = []
         errors: list[ProviderError] = []
         opened: list[CircuitOpen] = []

@@ -73,7 +73,9 @@ def sms_segments(body: str) -> int:
     if all(c in _GSM7_BASIC or c in _GSM7_EXTENDED for c in body):
         units, single, multi = sum(2 if c in _GSM7_EXTENDED else 1 for c in body), 160, 153
     else:
-        units, single, multi = len(body.encode("utf-16-le")) // 2, 70, 67
+        # surrogatepass: a lone surrogate counts as the one UTF-16 unit it is, instead of raising
+        # (one such body made a whole batch's outcomes be dropped after their provider calls).
+        units, single, multi = len(body.encode("utf-16-le", "surrogatepass")) // 2, 70, 67
     return 1 if units <= single else math.ceil(units / multi)
 
 

@@ -1,0 +1,74 @@
+"""One notification's fault ends that notification alone: its neighbours in the same batch are
+sent exactly once, and the faulty one is recorded ``failed`` with ``internal_error``.
+
+The fault is injected into the running worker (a gate that raises for one event id), as the
+issue's poisoned SMS did through ``sms_segments``: whatever raises, the mechanism is the same."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import httpx
+
+from schema.enums import Channel
+from tests.conftest import Stack, TenantInfo, make_tenant
+from tests.e2e.test_delivery import sandbox_for, wait_status
+from workers.outcome import Outcome
+from workers.recipients import Address
+from workers.render import RenderedContent
+
+
+class ExplodingGate:
+    """Raises for the rows whose event id starts with ``poison``; admits everything else."""
+
+    name = "exploding"
+
+    async def admit(
+        self, row: dict[str, Any], content: RenderedContent, addresses: list[Address]
+    ) -> Outcome | None:
+        if str(row["event_id"]).startswith("poison"):
+            raise UnicodeEncodeError("utf-16-le", "\ud800", 0, 1, "surrogates not allowed")
+        return None
+
+
+def sms(event_id: str, n: int) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "user": {"id": f"u-{n}", "phone": f"+1415555{n:04d}"},
+        "channel": "sms",
+        "content": {"body": "Your code is {{ code }}"},
+        "data": {"code": str(n)},
+    }
+
+
+async def test_a_notification_that_raises_fails_alone_and_its_neighbours_are_sent_once(
+    stack: Stack, api: Any, engine: Any, client: httpx.AsyncClient
+) -> None:
+    pipeline = stack.workers[Channel.sms].pipeline
+    assert pipeline is not None
+    gate = ExplodingGate()
+    pipeline.gates.append(gate)
+    other: TenantInfo = await make_tenant(engine)
+    try:
+        async with httpx.AsyncClient(
+            base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}, timeout=15
+        ) as neighbour:
+            run = secrets.token_hex(3)
+            sends = [neighbour.post("/v1/notifications", json=sms(f"n-{run}-{i}", i)) for i in range(20)]
+            sends.append(client.post("/v1/notifications", json=sms(f"poison-{run}", 99)))
+            answers = await asyncio.gather(*sends)
+            assert all(a.status_code == 202 for a in answers), [a.text for a in answers]
+            ids = [a.json()["id"] for a in answers]
+            poison = await wait_status(client, ids[-1], "failed")
+            for nid in ids[:-1]:
+                await wait_status(neighbour, nid, "sent")
+            for nid in ids[:-1]:
+                assert len(await sandbox_for(neighbour, nid)) == 1
+    finally:
+        pipeline.gates.remove(gate)
+    assert poison["error"]["code"] == "internal_error"
+    assert "UnicodeEncodeError" in poison["error"]["message"]
+    assert poison["delivery_attempts"][-1]["error_message"] == "UnicodeEncodeError"
+    assert await sandbox_for(client, ids[-1]) == []
