@@ -174,6 +174,7 @@ async def redrive(
                attempts = 0,
                not_before = now(),
                lease_until = NULL,
+               claims = 0,
                published_at = NULL,
                history = n.history || jsonb_build_array(jsonb_build_object(
                    'status', 'retrying',

@@ -67,6 +67,15 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted body of POST /v1/notifications/batch, in bytes.",
     )
+    max_claims: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description=(
+            "Claims a notification may take without its outcome being recorded (a worker dying on "
+            "it each time) before it goes `dead` to the DLQ instead of being retried forever."
+        ),
+    )
     lease_s: float = Field(
         default=30.0,
         gt=0,

@@ -161,6 +161,8 @@ class Notification(SQLModel, table=True):
     expires_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
     status: str = Field(default="accepted", max_length=12)
     attempts: int = Field(default=0)
+    claims: int = Field(default=0, sa_column=sa.Column(sa.SmallInteger, nullable=False, server_default="0"))
+    """Claims since the last recorded outcome: past ``CLARION_MAX_CLAIMS`` the notification is dead."""
     lease_until: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
     not_before: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
     provider: str | None = Field(default=None, max_length=32)

@@ -265,6 +265,7 @@ class Worker:
             policy=self.policy,
             lease_s=settings.lease_s,
             concurrency=settings.worker_concurrency,
+            max_claims=settings.max_claims,
             screens=steps.screens,
             gates=steps.gates,
             unsubscribe_url=steps.unsubscribe_url,

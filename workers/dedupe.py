@@ -18,6 +18,7 @@ import asyncpg
 CLAIM = """
 UPDATE notifications n
    SET status = 'sending',
+       claims = least(n.claims + 1, 32767),
        lease_until = now() + make_interval(secs => $2),
        updated_at = now(),
        history = n.history || jsonb_build_array(jsonb_build_object(
@@ -31,7 +32,7 @@ UPDATE notifications n
          AND (n.not_before IS NULL OR n.not_before <= now()))
         OR (n.status = 'sending' AND n.lease_until < now()))
 RETURNING n.id, n.tenant_id, n.event_id, n.channel, n.category, n.priority, n.template, n.template_version,
-          n.locale, n.content, n.data, n.attempts, n.expires_at, n.user_id,
+          n.locale, n.content, n.data, n.attempts, n.claims, n.expires_at, n.user_id,
           u.external_id, u.email, u.phone, u.timezone, u.quiet_hours_start, u.quiet_hours_end
 """
 

@@ -50,6 +50,7 @@ UPDATE notifications n
        not_before = v.not_before,
        content_hash = coalesce(v.content_hash, n.content_hash),
        lease_until = NULL,
+       claims = 0,
        updated_at = now(),
        history = n.history || jsonb_build_array(jsonb_build_object(
            'status', v.status,

@@ -76,6 +76,7 @@ class Pipeline:
         policy: RetryPolicy,
         lease_s: float,
         concurrency: int,
+        max_claims: int = 5,
         screens: Sequence[Screen] = (),
         gates: Sequence[Gate] = (),
         unsubscribe_url: Callable[[Row], str | None] | None = None,
@@ -89,6 +90,7 @@ class Pipeline:
         self.renderer = renderer
         self.policy = policy
         self.lease_s = lease_s
+        self.max_claims = max_claims
         self.screens = list(screens)
         self.gates = list(gates)
         self.unsubscribe_url = unsubscribe_url
@@ -114,7 +116,9 @@ class Pipeline:
             metrics.DEDUPED.labels(self.channel.value).inc(skipped)
         if not rows:
             return []
-        stopped: dict[UUID, Outcome] = {}
+        stopped: dict[UUID, Outcome] = {
+            r["id"]: self._claimed_too_often(r) for r in rows if r["claims"] > self.max_claims
+        }
         for screen in self.screens:
             open_rows = [r for r in rows if r["id"] not in stopped]
             if open_rows:
@@ -152,6 +156,18 @@ class Pipeline:
                     metrics.PROVIDER_ERRORS.labels(a.provider, a.error_code).inc()
             if o.status == Status.retrying.value:
                 metrics.RETRIES.labels(self.channel.value).inc()
+
+    def _claimed_too_often(self, row: Row) -> Outcome:
+        """Claimed ``max_claims`` times and never recorded: whatever happens to it (a worker dying
+        on it, a fault no ``except`` can catch) would happen again, so it goes dead to the DLQ."""
+        metrics.INTERNAL_ERRORS.labels(self.channel.value, "MaxClaims").inc()
+        return Outcome(
+            notification_id=row["id"],
+            status=Status.dead.value,
+            error_code="max_claims",
+            error_message=f"claimed {self.max_claims} times without reaching an outcome",
+            detail=f"dead after {self.max_claims} claims without an outcome (CLARION_MAX_CLAIMS)",
+        )
 
     async def _screen_isolated(self, screen: Screen, rows: list[Row]) -> dict[UUID, Outcome]:
         """A screen over the whole batch; when it raises, it is asked row by row, so only the rows

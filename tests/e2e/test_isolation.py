@@ -11,6 +11,7 @@ import secrets
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 from schema.enums import Channel
 from tests.conftest import Stack, TenantInfo, make_tenant
@@ -72,3 +73,36 @@ async def test_a_notification_that_raises_fails_alone_and_its_neighbours_are_sen
     assert "UnicodeEncodeError" in poison["error"]["message"]
     assert poison["delivery_attempts"][-1]["error_message"] == "UnicodeEncodeError"
     assert await sandbox_for(client, ids[-1]) == []
+
+
+async def test_a_notification_claimed_max_claims_times_without_an_outcome_goes_dead(
+    stack: Stack, engine: Any, client: httpx.AsyncClient
+) -> None:
+    """As if workers had died on it ``max_claims`` times: the next claim ends it, with no send."""
+    send = sms(f"doomed-{secrets.token_hex(3)}", 7)
+    send["send_at"] = "2099-01-01T00:00:00Z"  # held back until the test has set its claims
+    accepted = await client.post("/v1/notifications", json=send)
+    assert accepted.status_code == 202, accepted.text
+    nid = accepted.json()["id"]
+    max_claims = stack.workers[Channel.sms].settings.max_claims
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text("UPDATE notifications SET claims = :c, not_before = now() WHERE id = :id"),
+            {"c": max_claims, "id": nid},
+        )
+    dead = await wait_status(client, nid, "dead")
+    assert dead["error"]["code"] == "max_claims"
+    assert await sandbox_for(client, nid) == []
+
+
+async def test_a_recorded_outcome_resets_the_claim_count(
+    stack: Stack, engine: Any, client: httpx.AsyncClient
+) -> None:
+    accepted = await client.post("/v1/notifications", json=sms(f"ok-{secrets.token_hex(3)}", 8))
+    nid = accepted.json()["id"]
+    await wait_status(client, nid, "sent")
+    async with engine.connect() as conn:
+        claims = (
+            await conn.execute(sa.text("SELECT claims FROM notifications WHERE id = :id"), {"id": nid})
+        ).scalar()
+    assert claims == 0
