@@ -47,6 +47,7 @@ from api.errors import ApiError
 from providers.registry import REAL_PROVIDERS
 from schema.enums import Channel
 from schema.models import RateLimitRule, Tenant
+from workers.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 
 _rules = RateLimitRule.__table__  # type: ignore[attr-defined]
 _tenants = Tenant.__table__  # type: ignore[attr-defined]
@@ -75,14 +76,19 @@ class RateLimitIn(BaseModel):
         default=None, description=f"provider scope: one of {sorted(KNOWN_PROVIDERS)}"
     )
     limit: int = Field(ge=1, le=10_000_000, description="events allowed per period")
-    period_s: float = Field(gt=0, le=MAX_PERIOD_S)
+    period_s: float = Field(
+        ge=MIN_PERIOD_S, le=MAX_PERIOD_S, allow_inf_nan=False,
+        description="seconds the limit applies to; at most one event per microsecond (period_s / limit >= 1e-6)",
+    )  # fmt: skip
     burst: int = Field(default=0, ge=0, le=10_000_000, description="extra events allowed at once")
     mode: Literal["hard", "soft", "elastic"] = Field(
         default="hard",
         description="hard: never above the limit; soft: overshoot_pct more; elastic (recipient rules "
         "with a channel): above the limit while that channel's provider pacing has spare capacity",
     )
-    overshoot_pct: float = Field(default=0.0, ge=0, le=1000, description="soft mode: tolerated excess, %")
+    overshoot_pct: float = Field(
+        default=0.0, ge=0, le=1000, allow_inf_nan=False, description="soft mode: tolerated excess, %"
+    )
     action: Literal["reject", "delay", "drop"] | None = Field(
         default=None, description="default: reject for tenant/api_key scopes, delay otherwise"
     )
@@ -90,6 +96,8 @@ class RateLimitIn(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RateLimitIn:
+        if self.period_s * 1e6 / self.limit < MIN_INTERVAL_US:
+            raise ValueError("a rule may allow at most one event per microsecond (period_s / limit >= 1e-6)")
         ingress = self.scope in INGRESS_SCOPES
         if self.action is None:
             self.action = "reject" if ingress else "delay"

@@ -37,7 +37,7 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from workers.ratelimit import ElasticPool, Rule
+from workers.ratelimit import ElasticPool, InvalidRule, Rule, check_rule_parameters
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class RulesCache:
             return self._snapshot
 
     async def _load(self) -> Snapshot:
-        rules = [
+        loaded = [
             RuleSpec(
                 id=r["id"],
                 tenant_id=r["tenant_id"],
@@ -204,5 +204,20 @@ class RulesCache:
             )
             for r in await self._fetch(RULES_SQL)
         ]
+        rules = [spec for spec in loaded if _enforceable(spec)]
         windows = {r["id"]: int(r["content_dedupe_window_s"]) for r in await self._fetch(WINDOWS_SQL)}
         return Snapshot.build(rules, windows)
+
+
+def _enforceable(spec: RuleSpec) -> bool:
+    """A stored rule no limiter can enforce (written before the API checked, or by hand) is left
+    out and logged, so it cannot break the sends of every process that loads it."""
+    try:
+        check_rule_parameters(
+            rule_id=str(spec.id), limit=spec.limit, period_s=spec.period_s, burst=spec.burst,
+            overshoot_pct=spec.overshoot_pct,
+        )  # fmt: skip
+    except InvalidRule as exc:
+        log.warning("rate-limit rule skipped: %s", exc)
+        return False
+    return True

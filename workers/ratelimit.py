@@ -58,6 +58,33 @@ class ElasticPool:
     read_only: bool = False
 
 
+MIN_PERIOD_S = 0.001
+MIN_INTERVAL_US = 1.0  # one event per microsecond: the finest rate both backends represent
+MAX_COUNT = 2**53  # limit and burst stay exact in a double (the Lua script) and in int64
+
+
+class InvalidRule(ValueError):
+    """Rule parameters no limiter can enforce (a rate of 10^7 per 5e-324 s divides by ~0)."""
+
+
+def check_rule_parameters(
+    *, rule_id: str, limit: int, period_s: float, burst: int = 0, overshoot_pct: float = 0.0
+) -> None:
+    """Raise ``InvalidRule`` unless: ``1 <= limit`` and ``0 <= burst`` within 2**53, ``period_s``
+    finite and at least 1 ms, at most one event per microsecond, ``overshoot_pct`` finite >= 0."""
+    problems = []
+    if not (1 <= limit <= MAX_COUNT) or not (0 <= burst <= MAX_COUNT):
+        problems.append(f"limit in 1..{MAX_COUNT} and burst in 0..{MAX_COUNT}")
+    if not (math.isfinite(period_s) and period_s >= MIN_PERIOD_S):
+        problems.append(f"a finite period_s of at least {MIN_PERIOD_S} s")
+    elif limit >= 1 and period_s * 1e6 / limit < MIN_INTERVAL_US:
+        problems.append("at most one event per microsecond (period_s / limit >= 1e-6)")
+    if not (math.isfinite(overshoot_pct) and overshoot_pct >= 0):
+        problems.append("a finite overshoot_pct >= 0")
+    if problems:
+        raise InvalidRule(f"rule {rule_id!r} needs " + "; ".join(problems))
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """What a limiter enforces for one key.
@@ -76,8 +103,10 @@ class Rule:
     elastic_pool: ElasticPool | None = None
 
     def __post_init__(self) -> None:
-        if self.limit < 1 or self.period_s <= 0 or self.burst < 0 or self.overshoot_pct < 0:
-            raise ValueError(f"rule {self.rule_id!r}: need limit >= 1, period_s > 0, burst >= 0")
+        check_rule_parameters(
+            rule_id=self.rule_id, limit=self.limit, period_s=self.period_s, burst=self.burst,
+            overshoot_pct=self.overshoot_pct,
+        )  # fmt: skip
         if self.mode == "elastic" and self.elastic_pool is None:
             raise ValueError(f"rule {self.rule_id!r}: elastic mode needs an elastic_pool")
         if self.elastic_pool is not None and self.elastic_pool.rule.mode == "elastic":

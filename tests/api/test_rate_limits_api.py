@@ -74,6 +74,11 @@ async def test_ingress_rules_default_to_reject_and_worker_rules_to_delay(client:
         ({"mode": "elastic", "channel": None}, "body"),  # which channel's pacing to borrow from?
         ({"mode": "elastic", "overshoot_pct": 50}, "body"),
         ({"colour": "red"}, "colour"),
+        ({"period_s": 5e-324}, "period_s"),  # 10^7 per ~0 s: the limiter divided by zero
+        ({"period_s": 1e-4}, "period_s"),
+        ({"limit": 10_000_000, "period_s": 1}, "body"),  # ten events per microsecond
+        ({"limit": 2**70}, "limit"),
+        ({"burst": 2**70}, "burst"),
     ],
 )
 async def test_invalid_rules_are_refused_naming_the_problem(
@@ -213,3 +218,13 @@ async def test_a_global_pacing_rule_is_a_pool_for_every_tenant(
             await conn.execute(sa.text("DELETE FROM rate_limit_rules WHERE id = :id"), {"id": rule_id})
 
     assert created.status_code == 201, created.text
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+async def test_non_finite_rule_numbers_are_refused(client: httpx.AsyncClient, literal: str) -> None:
+    body = '{"scope": "provider", "provider": "sandbox", "limit": 10, "period_s": ' + literal + "}"
+    response = await client.post(
+        "/v1/rate-limits", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert 400 <= response.status_code < 500 and "error" in response.json(), response.text
+    assert (await client.get("/v1/rate-limits")).json() == []

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from clarion.rules import RulesCache
 from providers.errors import PermanentProviderError, TransientProviderError
-from workers.ratelimit import MemoryRateLimiter, RateLimiter
+from workers.ratelimit import InvalidRule, MemoryRateLimiter, RateLimiter, Rule
 from workers.ratelimit_redis import RedisRateLimiter
 from workers.recipients import Address
 from workers.render import RenderedContent
@@ -312,3 +312,19 @@ async def test_an_elastic_cap_over_its_limit_with_delay_waits_for_its_own_window
     assert first is None
     assert second.status == "delayed"  # not before its own window has passed (Redis time moves a little)
     assert NOW + timedelta(seconds=59) <= second.not_before <= NOW + timedelta(seconds=60)
+
+
+@pytest.mark.parametrize(
+    ("limit", "period_s"),
+    [(10_000_000, 5e-324), (10, 0.0), (10, float("nan")), (10, float("inf")), (10**7, 1.0)],
+)
+def test_a_rule_no_limiter_can_enforce_is_refused_by_the_limiter(limit: int, period_s: float) -> None:
+    with pytest.raises(InvalidRule):
+        Rule("r", limit, period_s)
+
+
+async def test_a_stored_rule_no_limiter_can_enforce_is_skipped_and_the_others_still_apply() -> None:
+    bad = rule_row(limit=10_000_000, period_s=5e-324)
+    good = rule_row(name="good")
+    snapshot = await RulesCache(Table([bad, good]).fetch).current()
+    assert [r.id for r in snapshot.rules] == [good["id"]]
