@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.outbox import mark_published
@@ -57,8 +57,10 @@ class RedriveFilter(BaseModel):
 
     error_code: str | None = Field(default=None, max_length=64, description="last error code, exact")
     provider: str | None = Field(default=None, max_length=32, description="provider of the last attempt")
-    since: datetime | None = Field(default=None, description="died at or after this time")
-    until: datetime | None = Field(default=None, description="died before this time")
+    since: AwareDatetime | None = Field(
+        default=None, description="died at or after this time (with a time zone)"
+    )
+    until: AwareDatetime | None = Field(default=None, description="died before this time (with a time zone)")
 
 
 class RedriveResult(BaseModel):

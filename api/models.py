@@ -10,7 +10,7 @@ from uuid import UUID
 
 import phonenumbers
 from email_validator import EmailNotValidError, validate_email
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schema.enums import Channel, Platform, Priority
 
@@ -47,6 +47,41 @@ def _normalized_email(value: str) -> str:
         return validate_email(value, check_deliverability=False).normalized
     except EmailNotValidError as exc:
         raise ValueError(f"'{value}' is not a valid email address: {exc}") from None
+
+
+MAX_DATA_DEPTH = 32
+# FCM refuses these keys in a message's data (400 INVALID_ARGUMENT): a push carrying one would
+# fail at the provider for good, so it is refused at accept time, naming the key.
+FCM_RESERVED_KEYS = frozenset({"from", "message_type"})
+FCM_RESERVED_PREFIXES = ("google.", "gcm.notification.")
+
+
+def check_text_tree(value: Any, *, field: str, max_depth: int = MAX_DATA_DEPTH) -> None:
+    """Refuse a JSON value nested deeper than ``max_depth`` or holding text no provider can carry
+    (a lone surrogate, which ``"\\ud800"`` in JSON decodes to). Iterative: depth costs no stack."""
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > max_depth:
+            raise ValueError(f"'{field}' is nested deeper than {max_depth} levels")
+        if isinstance(item, str):
+            _check_text(item, path)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(str(key), path)
+                stack.append((child, f"{path}.{key}", depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+
+
+def _check_text(text: str, path: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"'{path[:200]}' holds text that is not valid Unicode (a lone surrogate)"
+            ) from None
 
 
 class Strict(BaseModel):
@@ -89,12 +124,27 @@ class NotificationIn(Strict):
     template: str | None = Field(default=None, min_length=1, max_length=128, pattern=NAME)
     template_version: int | None = Field(default=None, ge=1, le=2_147_483_647)
     content: ContentIn | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
-    send_at: datetime | None = None
-    expires_at: datetime | None = None
+    data: dict[str, Any] = Field(
+        default_factory=dict, description=f"template data; JSON nested at most {MAX_DATA_DEPTH} levels"
+    )
+    send_at: AwareDatetime | None = Field(default=None, description="with a time zone, e.g. ...Z")
+    expires_at: AwareDatetime | None = Field(default=None, description="with a time zone, e.g. ...Z")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, value: Any) -> Any:
+        check_text_tree(value, field="body", max_depth=MAX_DATA_DEPTH + 3)
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> NotificationIn:
+        if self.channel is Channel.push:
+            for key in self.data:
+                if key in FCM_RESERVED_KEYS or key.startswith(FCM_RESERVED_PREFIXES):
+                    raise ValueError(
+                        f"data key '{key}' is reserved by FCM (from, message_type, google.*, "
+                        "gcm.notification.*): a push carrying it would be refused; rename it"
+                    )
         if (self.user is None) == (self.user_id is None):
             raise ValueError("give exactly one of 'user' (with contact details) or 'user_id'")
         if (self.template is None) == (self.content is None):

@@ -27,8 +27,8 @@ async def dead_letters(
     principal: Annotated[Principal, Depends(require("read"))],
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: UUID | None = None,
-    error_code: str | None = None,
-    provider: str | None = None,
+    error_code: Annotated[str | None, Query(max_length=64)] = None,
+    provider: Annotated[str | None, Query(max_length=32)] = None,
 ) -> DeadLetterPage:
     return await list_dead(
         engine=request.app.state.engine,

@@ -98,7 +98,7 @@ class RejectionCounter:
 def _channel(body: bytes) -> str:
     try:
         value = json.loads(body).get("channel")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # a refused body may nest 100,000 deep
         return "unknown"
     return value if isinstance(value, str) and value in _CHANNELS else "unknown"
 

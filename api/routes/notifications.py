@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
@@ -37,6 +38,10 @@ SEND_BODY_DOC: dict[str, Any] = {
 }
 
 
+# How the JSON parser (jiter) names a \\ud800-\\udfff escape with no partner.
+_SURROGATE = re.compile(r"surrogate|end of hex escape")
+
+
 def parse_body(raw: bytes, model: type[M]) -> M:
     """``model`` from a JSON body: 400 ``malformed_json`` for bytes that are not JSON, 422
     ``validation_error`` naming every bad field."""
@@ -44,6 +49,12 @@ def parse_body(raw: bytes, model: type[M]) -> M:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
+        if any(e["type"] == "json_invalid" and _SURROGATE.search(str(e.get("ctx", ""))) for e in errors):
+            raise ApiError(
+                422,
+                "invalid_text",
+                "The request holds a lone UTF-16 surrogate (like \\ud800): no provider can carry it.",
+            ) from None
         if any(e["type"] == "json_invalid" for e in errors):
             raise ApiError(400, "malformed_json", "The request body is not valid JSON.") from None
         raise validation_error(errors) from None
