@@ -14,7 +14,7 @@ from api.auth import KeyCache
 from api.errors import BodySizeLimit, install_error_handlers
 from api.fast_route import FastRoute
 from api.ingress import IngressLimits, RateLimitHeaders
-from api.models import NotificationIn
+from api.models import BatchIn, NotificationIn
 from api.ops import QueueMonitor
 from api.outbox import Outbox
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
@@ -103,7 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
             webhook_routes.SENDGRID_EVENTS_PATH: webhook_routes.SENDGRID_EVENTS_MAX_BODY_BYTES,
         },
     )
-    _document_bodies(app, NotificationIn)
+    _document_bodies(app, NotificationIn, BatchIn)
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(metrics_routes.RejectionCounter)
     return app

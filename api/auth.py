@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 
 from api.errors import ApiError
-from clarion.tenants import Principal, lookup_key
+from clarion.tenants import Principal, lookup_key, split_key
 
 # Lookups are cached briefly so a hot key costs no query per request; a revoked key is
 # refused once its entry expires (within CACHE_TTL_S).
@@ -17,38 +18,58 @@ CACHE_TTL_S = 5.0
 
 
 class KeyCache:
-    def __init__(self, ttl_s: float = CACHE_TTL_S) -> None:
+    """Recent key lookups, by the SHA-256 of the key (never the key itself: a 2 MB bearer string
+    costs 32 bytes here), at most ``max_entries``: the oldest go first, expired ones on the way."""
+
+    def __init__(self, ttl_s: float = CACHE_TTL_S, max_entries: int = 10_000) -> None:
         self.ttl_s = ttl_s
-        self._entries: dict[str, tuple[float, Principal | None]] = {}
-        self._loading: dict[str, asyncio.Future[Principal | None]] = {}
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[float, Principal | None]] = {}  # insertion order = age
+        self._loading: dict[bytes, asyncio.Future[Principal | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, key: str) -> tuple[bool, Principal | None]:
-        entry = self._entries.get(key)
+        entry = self._entries.get(_digest(key))
         if entry is None or entry[0] < time.monotonic():
             return False, None
         return True, entry[1]
 
     def put(self, key: str, principal: Principal | None) -> None:
-        if len(self._entries) > 10_000:
-            self._entries.clear()
-        self._entries[key] = (time.monotonic() + self.ttl_s, principal)
+        self._store(_digest(key), principal)
+
+    def _store(self, digest: bytes, principal: Principal | None) -> None:
+        now = time.monotonic()
+        self._entries.pop(digest, None)
+        while self._entries:
+            oldest, (expires, _) = next(iter(self._entries.items()))
+            if expires >= now and len(self._entries) < self.max_entries:
+                break
+            del self._entries[oldest]
+        self._entries[digest] = (now + self.ttl_s, principal)
 
     async def resolve(self, key: str, load: Callable[[], Awaitable[Principal | None]]) -> Principal | None:
         """The cached principal, or ``load()``'s, shared by every request that misses meanwhile: when
         an entry expires under load, one lookup serves them all (not one connection each)."""
+        digest = _digest(key)
         hit, principal = self.get(key)
         if hit:
             return principal
-        task = self._loading.get(key)
+        task = self._loading.get(digest)
         if task is None:
-            task = self._loading[key] = asyncio.ensure_future(load())
-            task.add_done_callback(lambda done: self._loaded(key, done))
+            task = self._loading[digest] = asyncio.ensure_future(load())
+            task.add_done_callback(lambda done: self._loaded(digest, done))
         return await asyncio.shield(task)  # one caller going away does not cancel the others' lookup
 
-    def _loaded(self, key: str, task: asyncio.Future[Principal | None]) -> None:
-        self._loading.pop(key, None)
+    def _loaded(self, digest: bytes, task: asyncio.Future[Principal | None]) -> None:
+        self._loading.pop(digest, None)
         if not task.cancelled() and task.exception() is None:
-            self.put(key, task.result())
+            self._store(digest, task.result())
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
 async def authenticate(request: Request) -> Principal:
@@ -62,6 +83,10 @@ async def authenticate(request: Request) -> Principal:
             headers={"WWW-Authenticate": "Bearer"},
         )
     key = key.strip()
+    if split_key(key) is None:  # not clk_<id>_<secret> (at most 200 characters): never looked up
+        raise ApiError(
+            401, "unauthorized", "The API key is unknown or revoked.", headers={"WWW-Authenticate": "Bearer"}
+        )
     cache: KeyCache = request.app.state.key_cache
     engine = request.app.state.engine
 

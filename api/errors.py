@@ -156,8 +156,13 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, _unhandled)
 
 
+MAX_HEADER_BYTES = 16 * 1024  # nginx's default large_client_header_buffers is 4 x 8 KiB
+
+
 class BodySizeLimit:
-    """Refuses request bodies over ``max_bytes`` with 413 before they are parsed."""
+    """Refuses request headers over ``MAX_HEADER_BYTES`` in all (431) and bodies over ``max_bytes``
+    (413) before anything reads or parses them (an 8 MB Authorization header was looked up and
+    cached before)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, per_path: dict[str, int] | None = None) -> None:
         self.app = app
@@ -168,8 +173,15 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        raw_headers = scope.get("headers") or []
+        if sum(len(k) + len(v) for k, v in raw_headers) > MAX_HEADER_BYTES:
+            response = error_response(
+                431, "headers_too_large", f"The request headers are larger than {MAX_HEADER_BYTES} bytes."
+            )
+            await response(scope, receive, send)
+            return
         max_bytes = self.per_path.get(scope.get("path", ""), self.default_max_bytes)
-        headers = dict(scope.get("headers") or [])
+        headers = dict(raw_headers)
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
             await self._reject(scope, receive, send, max_bytes)

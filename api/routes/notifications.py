@@ -36,6 +36,21 @@ SEND_BODY_DOC: dict[str, Any] = {
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NotificationIn"}}},
     }
 }
+BATCH_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BatchIn"}}},
+    }
+}
+
+
+def require_json(request: Request) -> None:
+    """415 for a body that says it is something other than JSON (a missing type is taken as JSON)."""
+    media = request.headers.get("content-type", "application/json").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(
+            415, "unsupported_media_type", "Send the body as JSON (Content-Type: application/json)."
+        )
 
 
 # How the JSON parser (jiter) names a \\ud800-\\udfff escape with no partner.
@@ -69,12 +84,11 @@ def parse_body(raw: bytes, model: type[M]) -> M:
 )
 async def send(request: Request) -> JSONResponse:
     """Accept one notification (``202``); a repeat of an accepted event_id answers ``200``."""
-    # Read first, as FastAPI does (413 past the limit; the rejection counter sees the channel of a
-    # refused send), validate only once the caller is known and within its limits.
-    raw = await request.body()
+    # The caller is known before its body is read: an unauthenticated request costs no body buffer.
     principal = await authorize(request, "send")
+    require_json(request)
     await enforce_ingress(request=request, principal=principal, cost=1)
-    body = parse_body(raw, NotificationIn)
+    body = parse_body(await request.body(), NotificationIn)
     state = request.app.state
     result = await state.accepts.accept(Send.of(principal, body))
     if result.message is not None:
@@ -85,11 +99,12 @@ async def send(request: Request) -> JSONResponse:
     return JSONResponse(payload.model_dump(mode="json"), status_code=200 if result.duplicate else 202)
 
 
-@router.post("/batch", status_code=202, response_model=BatchOut)
-async def send_batch(
-    body: BatchIn, request: Request, principal: Annotated[Principal, Depends(require("send"))]
-) -> BatchOut:
+@router.post("/batch", status_code=202, response_model=BatchOut, openapi_extra=BATCH_BODY_DOC)
+async def send_batch(request: Request) -> BatchOut:
     """Up to 1,000 sends; each item is accepted or refused on its own (see ``results``)."""
+    principal = await authorize(request, "send")  # before the (up to several MB) body is read
+    require_json(request)
+    body = parse_body(await request.body(), BatchIn)
     await enforce_ingress(request=request, principal=principal, cost=len(body.notifications))
     state = request.app.state
     results = await accept_batch(
