@@ -37,6 +37,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
+from providers.headers import check_header_value
 from providers.settings import SendGridSettings
 from schema.enums import Channel
 
@@ -84,9 +85,14 @@ class SendGridProvider:
             )
         try:
             mail = Mail(
-                from_email=_address(From, self._from_email, self._settings.from_name),
+                from_email=_address(
+                    From,
+                    self._from_email,
+                    check_header_value(self._settings.from_name or "", provider=self.name, field="from name")
+                    or None,
+                ),
                 to_emails=_address(To, message.to),
-                subject=Subject(message.subject),
+                subject=Subject(check_header_value(message.subject, provider=self.name, field="subject")),
                 plain_text_content=PlainTextContent(message.body),
                 html_content=HtmlContent(message.html) if message.html else None,
             )

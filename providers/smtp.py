@@ -21,6 +21,7 @@ from providers.errors import (
     ProviderError,
     TransientProviderError,
 )
+from providers.headers import check_header_value
 from providers.settings import SmtpSettings
 from schema.enums import Channel
 
@@ -46,9 +47,10 @@ class SmtpProvider:
         settings = self._settings
         assert settings.from_email is not None
         mime = EmailMessage()
-        mime["From"] = formataddr((settings.from_name or "", settings.from_email))
+        from_name = check_header_value(settings.from_name or "", provider=self.name, field="from name")
+        mime["From"] = formataddr((from_name, settings.from_email))
         mime["To"] = message.to
-        mime["Subject"] = message.subject
+        mime["Subject"] = check_header_value(message.subject, provider=self.name, field="subject")
         mime["Message-ID"] = make_msgid(idstring=str(message.notification_id), domain=self._domain)
         mime["X-Clarion-Notification-Id"] = str(message.notification_id)
         if message.unsubscribe_url:

@@ -54,6 +54,7 @@ from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.visitor import NodeTransformer
 
+from providers.headers import breaks_header
 from workers.render_errors import Part, RenderError, RenderErrorCode
 from workers.render_limits import (
     _CAP,
@@ -321,7 +322,8 @@ class Renderer:
             # machine pausing this thread): one more try tells an unlucky render from a slow template.
             out = self._render_parts(compiled, data, max_ms)
         rendered_subject = out.get("subject")
-        if rendered_subject is not None and ("\r" in rendered_subject or "\n" in rendered_subject):
+        if rendered_subject is not None and breaks_header(rendered_subject):
+            # Also as RFC 2047-decoded: an encoded word in the data can carry CR/LF into a header.
             raise RenderError("unsafe_template", "subject must be a single line", part="subject")
         return RenderedContent(subject=rendered_subject, body=out["body"], html=out.get("html"))
 

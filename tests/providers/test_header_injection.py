@@ -1,0 +1,114 @@
+"""A subject that decodes to more than one header is refused by every email adapter before sending,
+proved against a real SMTP server (aiosmtpd) on this machine's Python and the SendGrid fake."""
+
+from __future__ import annotations
+
+import email
+from collections.abc import AsyncIterator, Iterator
+from email import policy
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from clarion.broker import free_port
+from providers.errors import PermanentProviderError
+from providers.headers import check_header_value
+from providers.sendgrid import SendGridProvider
+from providers.settings import SmtpSettings
+from providers.smtp import SmtpProvider
+from schema.enums import Channel
+from tests.fakes import make_message
+from tests.fakes.sendgrid import FakeSendGrid
+from tests.providers.test_sendgrid import settings_for
+
+INJECTIONS = [
+    "=?utf-8?q?Ada=0D=0AReply-To:_attacker@evil.example=0D=0AContent-Type:_text/html=0D=0A=0D=0A<h1>Injected</h1>?=",
+    "Hi =?utf-8?b?QWRhDQpCY2M6IGV2aWxAZXZpbC5leGFtcGxl?=",  # base64: "Ada\r\nBcc: evil@evil.example"
+    "=?utf-8?q?Ada=0ABcc:_evil@evil.example?=",
+    "=?iso-8859-1?q?x=00y?=",
+    "Hello\u2028Bcc: evil@evil.example",
+    "=?x-unknown?q?Ada=0D=0ABcc:_evil@evil.example?=",
+]
+
+
+class Mailbox:
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append(envelope)
+        return "250 Message accepted for delivery"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Mailbox, int]]:
+    mailbox, port = Mailbox(), free_port()
+    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    yield mailbox, port
+    controller.stop()
+
+
+def smtp_provider(port: int) -> SmtpProvider:
+    return SmtpProvider(
+        SmtpSettings(host="127.0.0.1", port=port, from_email="noreply@clarion.test", starttls=False)
+    )
+
+
+@pytest.mark.parametrize("subject", INJECTIONS)
+async def test_smtp_refuses_an_encoded_word_that_decodes_to_a_line_break(
+    smtp: tuple[Mailbox, int], subject: str
+) -> None:
+    mailbox, port = smtp
+    with pytest.raises(PermanentProviderError) as caught:
+        await smtp_provider(port).send(make_message(Channel.email, subject=subject))
+    assert caught.value.code == "header_injection"
+    assert mailbox.messages == []
+
+
+async def test_an_ordinary_encoded_subject_still_goes_out_as_one_header(smtp: tuple[Mailbox, int]) -> None:
+    mailbox, port = smtp
+    await smtp_provider(port).send(make_message(Channel.email, subject="Caf\u00e9 =?utf-8?q?ol=C3=A9?= news"))
+    (envelope,) = mailbox.messages
+    received = email.message_from_bytes(envelope.content, policy=policy.default)
+    assert received["Reply-To"] is None and received["Bcc"] is None
+    assert "olé" in str(received["Subject"])
+    assert received.get_content_type() in {"text/plain", "multipart/alternative"}
+
+
+@pytest.fixture
+async def sendgrid() -> AsyncIterator[tuple[FakeSendGrid, SendGridProvider]]:
+    async with FakeSendGrid() as fake:
+        provider = SendGridProvider(settings_for(fake))
+        yield fake, provider
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("subject", INJECTIONS)
+async def test_sendgrid_refuses_the_same_subjects_before_calling(
+    sendgrid: tuple[FakeSendGrid, SendGridProvider], subject: str
+) -> None:
+    fake, provider = sendgrid
+    with pytest.raises(PermanentProviderError) as caught:
+        await provider.send(make_message(Channel.email, subject=subject))
+    assert caught.value.code == "header_injection"
+    assert fake.requests == []
+
+
+def test_plain_subjects_pass_unchanged() -> None:
+    for subject in ["Your order shipped", "Prix: 10 € =? not a word", "=?utf-8?q?Caf=C3=A9?="]:
+        assert check_header_value(subject, provider="smtp", field="subject") == subject
+
+
+async def test_an_encoded_word_in_the_data_of_a_subject_is_refused_at_accept_time(client: Any) -> None:
+    send = {
+        "event_id": "inject-1",
+        "user": {"id": "u-inject", "email": "ada@example.com"},
+        "channel": "email",
+        "content": {"subject": "Hello {{ name }}", "body": "b"},
+        "data": {"name": INJECTIONS[0]},
+    }
+    response = await client.post("/v1/notifications", json=send)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "unsafe_template"
