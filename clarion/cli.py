@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,11 +17,16 @@ from clarion.settings import Settings
 from schema.enums import Channel
 
 
-def _settings(**overrides: object) -> Settings:
+def _settings(*, dev: bool = False, **overrides: object) -> Settings:
+    """The settings from the environment; ``dev`` (``clarion dev``) runs as ``CLARION_ENV=dev``
+    unless the environment says otherwise. Bad settings end the command with one line each."""
     try:
-        settings = Settings()
+        settings = Settings(**({"env": "dev"} if dev and "CLARION_ENV" not in os.environ else {}))
     except ValidationError as exc:
-        print(f"clarion: invalid settings:\n{exc}", file=sys.stderr)
+        for error in exc.errors(include_url=False):
+            where = ".".join(str(part) for part in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            print(f"clarion: {where + ': ' if where else ''}{message}", file=sys.stderr)
         raise SystemExit(2) from None
     return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
@@ -78,12 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "status":
         from clarion import status
 
-        raise SystemExit(status.main(url=args.url or _settings().base_url, api_key=args.api_key))
+        raise SystemExit(status.main(url=args.url or _settings(dev=True).base_url, api_key=args.api_key))
 
     from clarion import runner
 
     if args.command == "dev":
-        settings = _settings(api_port=args.port, api_host=args.host)
+        settings = _settings(dev=True, api_port=args.port, api_host=args.host)
         setup_logging(settings.log_level)
         _run(lambda: runner.dev(settings))
         return

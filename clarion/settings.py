@@ -17,7 +17,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLARION_", env_nested_delimiter="__", extra="ignore")
 
     env: Literal["dev", "test", "prod"] = Field(
-        default="dev", description="Deployment kind; placeholder secrets are refused in `prod`."
+        default="prod",
+        description=(
+            "Deployment kind. `prod` (the default for every command but `clarion dev`, which runs as "
+            "`dev`) refuses an empty or placeholder secret and keeps the sandbox routes and an "
+            "unauthenticated /metrics off; `test` is for the test suite."
+        ),
     )
     database_url: str = Field(
         default="postgresql+asyncpg://postgres@127.0.0.1:5432/clarion",
@@ -149,8 +154,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_prod(self) -> Settings:
-        if self.env == "prod" and self.secret_key.get_secret_value() == PLACEHOLDER_SECRET:
-            raise ValueError("CLARION_SECRET_KEY must be set to a real secret when CLARION_ENV=prod")
+        if self.env != "prod":
+            return self
+        if self.secret_key.get_secret_value().strip() in ("", PLACEHOLDER_SECRET):
+            raise ValueError(
+                "CLARION_SECRET_KEY must be set to a real secret (only `clarion dev` runs without one)"
+            )
+        if any(k.get_secret_value().strip() in ("", PLACEHOLDER_SECRET) for k in self.previous_secret_keys):
+            raise ValueError("CLARION_PREVIOUS_SECRET_KEYS may not hold an empty or placeholder secret")
         return self
 
     @model_validator(mode="after")

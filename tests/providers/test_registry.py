@@ -98,7 +98,7 @@ def test_credentials_are_read_from_nested_environment(monkeypatch: pytest.Monkey
     monkeypatch.setenv("CLARION_PROVIDERS__TWILIO__MESSAGING_SERVICE_SID", "MG" + "2" * 32)
     monkeypatch.setenv("CLARION_PROVIDERS__SENDGRID__BASE_URL", "http://127.0.0.1:1")
 
-    settings = Settings().providers
+    settings = Settings(env="test").providers
 
     assert settings.twilio.configured
     assert settings.twilio.auth_token is not None and settings.twilio.auth_token.get_secret_value() == "token"

@@ -161,6 +161,6 @@ def test_per_channel_max_attempts_come_from_the_environment(monkeypatch: pytest.
 
     monkeypatch.setenv("CLARION_RETRY__MAX_ATTEMPTS_EMAIL", "5")
     monkeypatch.setenv("CLARION_RETRY__BREAKER__COOL_DOWN_S", "12")
-    settings = Settings()
+    settings = Settings(env="test")
     assert settings.retry.policy(Channel.email).max_attempts == 5
     assert settings.retry.breaker.cool_down_s == 12
