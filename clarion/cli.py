@@ -21,7 +21,7 @@ def _settings(*, dev: bool = False, **overrides: object) -> Settings:
     """The settings from the environment; ``dev`` (``clarion dev``) runs as ``CLARION_ENV=dev``
     unless the environment says otherwise. Bad settings end the command with one line each."""
     try:
-        settings = Settings(**({"env": "dev"} if dev and "CLARION_ENV" not in os.environ else {}))
+        settings = Settings(env="dev") if dev and "CLARION_ENV" not in os.environ else Settings()
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             where = ".".join(str(part) for part in error["loc"])
