@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
+from pydantic import SecretStr
 
 from api.errors import ApiError
 from clarion.tenants import Principal, lookup_key, split_key
@@ -118,3 +120,26 @@ def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
         return await authorize(request, scope)
 
     return dependency
+
+
+def bearer_matches(request: Request, token: SecretStr) -> bool:
+    """Whether the request's bearer value is ``token`` (compared in constant time)."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), token.get_secret_value().encode()
+    )
+
+
+async def require_operator(request: Request) -> None:
+    """The platform operator (``CLARION_OPERATOR_TOKEN``), never a tenant key: 404 while no token
+    is configured (the route does not exist), 401 for any other bearer value."""
+    token = request.app.state.settings.operator_token
+    if token is None:
+        raise ApiError(404, "not_found", "Set CLARION_OPERATOR_TOKEN to serve the operator routes.")
+    if not bearer_matches(request, token):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "Send the operator token as 'Authorization: Bearer <CLARION_OPERATOR_TOKEN>'.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

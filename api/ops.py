@@ -47,8 +47,7 @@ SELECT channel,
 # No index covers `dead` (a partial index would): a scan, so the gauges refresh at most once a second.
 _DEAD_SQL = "SELECT channel, count(*) AS n FROM notifications WHERE status = 'dead' {tenant} GROUP BY channel"
 
-_COUNTS_SQL = sa.text(
-    """
+_COUNTS = """
 SELECT channel,
        CASE WHEN priority = 'bulk' THEN 'bulk' ELSE 'main' END AS lane,
        status,
@@ -57,10 +56,15 @@ SELECT channel,
        count(*) FILTER (WHERE status = ANY(:terminal) AND updated_at >= now() - interval '60 seconds')
            AS completed_1m
   FROM notifications
- WHERE tenant_id = :tenant AND created_at >= now() - make_interval(secs => :window_s)
+ WHERE {tenant} created_at >= now() - make_interval(secs => :window_s)
  GROUP BY 1, 2, 3
 """
-)
+_COUNTS_SQL = sa.text(_COUNTS.format(tenant="tenant_id = :tenant AND"))
+_ALL_COUNTS_SQL = sa.text(_COUNTS.format(tenant=""))
+
+
+async def _tenant_view() -> tuple[None, str]:
+    return None, "cluster-wide figures (Kafka offsets and lag) need the operator token"
 
 
 class PartitionOut(BaseModel):
@@ -164,19 +168,23 @@ class QueueMonitor:
             rows = (await conn.execute(sa.text(sql), {"tenant": tenant_id})).all()
         return {r.channel: int(r.n) for r in rows}
 
-    async def report(self, *, tenant_id: str, window_s: int) -> QueuesOut:
-        """Per channel and lane: Kafka lag (cluster-wide) and the tenant's waiting, counts and throughput.
+    async def report(self, *, tenant_id: str | None, window_s: int) -> QueuesOut:
+        """Per channel and lane: waiting, counts and throughput from the log.
 
-        Kafka figures are ``None`` (and ``kafka.available`` false) when the broker cannot be read;
-        the log figures are always there.
+        With a ``tenant_id`` (a tenant admin): that tenant's figures only, and no Kafka figures (the
+        offsets and lag of a shared topic are every tenant's traffic): ``kafka.available`` false,
+        lags ``None``. Without one (the platform operator): every tenant, and Kafka lag per
+        partition, ``None`` when the broker cannot be read.
         """
+        kafka = self._kafka() if tenant_id is None else _tenant_view()
         (partitions, kafka_error), pending, dead = await asyncio.gather(
-            self._kafka(), self._pending(tenant_id), self._dead(tenant_id)
+            kafka, self._pending(tenant_id), self._dead(tenant_id)
         )
+        counts_sql = _COUNTS_SQL if tenant_id is not None else _ALL_COUNTS_SQL
         async with self.engine.connect() as conn:
             counted = (
                 await conn.execute(
-                    _COUNTS_SQL, {"tenant": tenant_id, "window_s": window_s, "terminal": list(_TERMINAL)}
+                    counts_sql, {"tenant": tenant_id, "window_s": window_s, "terminal": list(_TERMINAL)}
                 )
             ).all()
         by_status: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -131,13 +131,17 @@ class Settings(BaseSettings):
         default=None,
         description="Bearer token a Prometheus scraper sends for the API's /metrics, whose series name every tenant (unset: /metrics answers 404, except under `clarion dev`, where it is open).",
     )
+    operator_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the platform operator: cluster-wide figures (Kafka offsets and lag, every tenant's queues) at /v1/ops/cluster/queues. No tenant key opens them (unset: 404).",
+    )
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
     retry: RetrySettings = Field(
         default_factory=RetrySettings,
         description="Provider retries (in-process and via the retry topic), attempt limits, circuit breakers.",
     )
 
-    @field_validator("metrics_token", mode="before")
+    @field_validator("metrics_token", "operator_token", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: object) -> object:
         # CLARION_METRICS_TOKEN= (empty) must not become a token that an empty bearer matches.

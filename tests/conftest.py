@@ -42,6 +42,7 @@ def kafka() -> Any:
 
 
 METRICS_TOKEN = "test-metrics-token"  # what the tests' Prometheus scraper sends for /metrics
+OPERATOR_TOKEN = "test-operator-token"  # the platform operator's bearer for /v1/ops/cluster/...
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +58,7 @@ async def settings(database_url: str, kafka: TansuBroker) -> Settings:
         relay_stale_queued_s=30.0,
         db_pool_size=8,
         metrics_token=METRICS_TOKEN,
+        operator_token=OPERATOR_TOKEN,
     )
 
 

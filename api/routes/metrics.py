@@ -10,7 +10,6 @@ shows it all.
 
 from __future__ import annotations
 
-import hmac
 import json
 
 from fastapi import APIRouter, Request
@@ -18,6 +17,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth import bearer_matches
 from api.errors import ApiError
 from api.ops import QueueMonitor
 from clarion import metrics
@@ -41,10 +41,7 @@ async def prometheus_metrics(request: Request) -> Response:
         if settings.env != "dev":
             raise ApiError(404, "not_found", "Set CLARION_METRICS_TOKEN to serve /metrics on the API.")
     else:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode(), token.get_secret_value().encode()
-        ):
+        if not bearer_matches(request, token):
             raise ApiError(
                 401,
                 "unauthorized",

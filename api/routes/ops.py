@@ -1,4 +1,5 @@
-"""Operators: GET /v1/ops/queues (admin scope) and the dashboard page at /ops.
+"""Queues: GET /v1/ops/queues (a tenant admin: its own figures, from the log), GET
+/v1/ops/cluster/queues (the platform operator: every tenant and Kafka lag), and the page at /ops.
 
 The page and its script are served from ``api/static`` (no CDN); the page asks for an admin API
 key and calls the API with it, so it needs no session of its own.
@@ -12,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse
 
-from api.auth import require
+from api.auth import require, require_operator
 from api.ops import QueueMonitor, QueuesOut
 from clarion.tenants import Principal
 
@@ -30,8 +31,22 @@ async def queues(
         int, Query(ge=60, le=MAX_WINDOW_S, description="counts cover notifications created this recently")
     ] = 3600,
 ) -> QueuesOut:
+    """The calling tenant's queues, from the log (Kafka's figures are the operator's)."""
     monitor: QueueMonitor = request.app.state.queues
     return await monitor.report(tenant_id=principal.tenant_id, window_s=window_s)
+
+
+@router.get("/v1/ops/cluster/queues", response_model=QueuesOut, dependencies=[Depends(require_operator)])
+async def cluster_queues(
+    request: Request,
+    window_s: Annotated[
+        int, Query(ge=60, le=MAX_WINDOW_S, description="counts cover notifications created this recently")
+    ] = 3600,
+) -> QueuesOut:
+    """Every tenant's queues and Kafka lag per partition: the platform operator's view
+    (``Authorization: Bearer <CLARION_OPERATOR_TOKEN>``; no tenant key opens it)."""
+    monitor: QueueMonitor = request.app.state.queues
+    return await monitor.report(tenant_id=None, window_s=window_s)
 
 
 @router.get("/ops", include_in_schema=False)

@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clarion import status
 from clarion.broker import free_port
+from clarion.settings import Settings
 from tests.api.test_send_validation import email_send
-from tests.conftest import METRICS_TOKEN, Stack, TenantInfo, make_tenant
+from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, Stack, TenantInfo, make_tenant
 from tests.e2e.test_delivery import wait_status
 from tests.fixtures.services import ROOT, ApiServer, api_client, wait_until
 
@@ -66,14 +67,20 @@ async def test_queues_show_every_channel_and_lane_with_partitions_and_a_sent_not
     nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
     await wait_status(client, nid, "sent")
     report = await queues(client)
-    assert report["kafka"] == {"available": True, "error": None}
+    # A tenant sees its own figures from the log; Kafka's offsets are every tenant's traffic.
+    assert report["kafka"]["available"] is False and "operator" in report["kafka"]["error"]
     assert [c["channel"] for c in report["channels"]] == ["push", "sms", "email"]
     email = channel_of(report, "email")
     assert [lane["lane"] for lane in email["lanes"]] == LANES
     main = email["lanes"][0]
     assert (main["topic"], main["group"]) == ("notifications.email", "clarion-email")
-    assert [p["partition"] for p in main["partitions"]] == [0, 1]  # the test topics have 2 partitions
-    assert all(p["end_offset"] >= p["lag"] >= 0 for p in main["partitions"])
+    assert main["lag"] is None and main["partitions"] == []
+    operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    cluster = (await client.get("/v1/ops/cluster/queues", headers=operator)).json()
+    assert cluster["kafka"] == {"available": True, "error": None}
+    cluster_main = channel_of(cluster, "email")["lanes"][0]
+    assert [p["partition"] for p in cluster_main["partitions"]] == [0, 1]  # the test topics have 2
+    assert all(p["end_offset"] >= p["lag"] >= 0 for p in cluster_main["partitions"])
     assert email["counts"] == {"sent": 1}
     assert email["completed_last_min"] == 1 and email["accepted_last_min"] == 1
     assert email["depth"] == 0 and email["oldest_age_s"] is None
@@ -176,7 +183,8 @@ async def test_refused_sends_are_counted_by_tenant_channel_and_reason(
     assert delta(tenant=tenant.id, channel="unknown", reason="validation_error") == 1
     assert delta(tenant=tenant.id, channel="sms", reason="no_contact") == 2
     assert delta(tenant=tenant.id) == 3
-    assert delta(tenant="unauthenticated", channel="email", reason="unauthorized") == 1
+    # An unauthenticated send is refused before its body is read: its channel is never known.
+    assert delta(tenant="unauthenticated", channel="unknown", reason="unauthorized") == 1
     accepted = "clarion_notifications_accepted_total"
     assert scrape(after, accepted, tenant=tenant.id, channel="email") == 1
 
@@ -213,7 +221,7 @@ async def test_clarion_status_prints_the_same_numbers_as_a_table(
     result = await asyncio.to_thread(clarion_status, "--url", api.url, env={"CLARION_API_KEY": tenant.key})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "Kafka: reachable" in lines[0]
+    assert "this tenant's notifications only" in lines[0]
     email_main = next(line.split() for line in lines if line.split()[:2] == ["email", "main"])
     assert email_main[2] == "2"  # waiting
     header = next(line.split() for line in lines if line.startswith("CHANNEL") and "SCHEDULED" in line)
@@ -235,3 +243,27 @@ async def test_clarion_status_explains_a_refused_key_and_an_unreachable_api(api:
     err = io.StringIO()
     assert await asyncio.to_thread(status.main, url=api.url, api_key=None, err=err) == 2
     assert "CLARION_API_KEY" in err.getvalue()
+
+
+async def test_cluster_figures_need_the_operator_token_and_no_tenant_key_opens_them(
+    api: ApiServer, client: httpx.AsyncClient
+) -> None:
+    assert (await client.get("/v1/ops/cluster/queues")).status_code == 401  # an admin tenant key
+    async with api_client(api.url, None) as anonymous:
+        wrong = await anonymous.get("/v1/ops/cluster/queues", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        right = await anonymous.get(
+            "/v1/ops/cluster/queues", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        )
+        assert right.status_code == 200 and right.json()["kafka"]["available"] is True
+
+
+async def test_without_an_operator_token_the_cluster_route_does_not_exist(settings: Settings) -> None:
+    server = ApiServer(settings.model_copy(update={"operator_token": None}))
+    await server.start()
+    try:
+        async with api_client(server.url, None) as anonymous:
+            response = await anonymous.get("/v1/ops/cluster/queues", headers={"Authorization": "Bearer x"})
+        assert response.status_code == 404
+    finally:
+        await server.stop()

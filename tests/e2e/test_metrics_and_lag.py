@@ -35,7 +35,7 @@ from providers.settings import ProvidersSettings, SendGridSettings
 from schema.enums import Channel
 from tests.api.test_ops import scrape
 from tests.api.test_send_validation import email_send
-from tests.conftest import METRICS_TOKEN, make_tenant
+from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, make_tenant
 from tests.e2e.test_delivery import status_of
 from tests.fakes.sendgrid import FakeSendGrid
 from tests.fixtures.services import ApiServer, api_client, drop_database, fresh_database, wait_until
@@ -116,7 +116,8 @@ async def observed(settings: Settings) -> AsyncIterator[Observed]:
                 return (await client.get("/metrics", headers=scraper)).text
 
             async def queues() -> dict[str, Any]:
-                response = await client.get("/v1/ops/queues")
+                operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}  # Kafka lag is the operator's
+                response = await client.get("/v1/ops/cluster/queues", headers=operator)
                 assert response.status_code == 200, response.text
                 return dict(response.json())
 
