@@ -79,11 +79,11 @@ async def enforce_ingress(*, request: Request, principal: Principal, cost: int) 
     tightest: tuple[Rule, Allowed] | None = None
     for spec, rule, decision in zip(specs, rules, decisions, strict=True):
         if isinstance(decision, RetryAfter):
-            metrics.RATELIMIT_DECISIONS.labels(spec.label, "rejected").inc()
+            metrics.RATELIMIT_DECISIONS.labels(spec.metric_label, "rejected").inc()
             if refused is None or decision.retry_after_ms > refused[2].retry_after_ms:
                 refused = (spec, rule, decision)
         else:
-            metrics.RATELIMIT_DECISIONS.labels(spec.label, "allowed").inc()
+            metrics.RATELIMIT_DECISIONS.labels(spec.metric_label, "allowed").inc()
             if tightest is None or decision.remaining < tightest[1].remaining:
                 tightest = (rule, decision)
     if refused is not None:

@@ -214,10 +214,27 @@ async def _require_pacing(conn: AsyncConnection, *, tenant_id: str, rule: RateLi
         )
 
 
-async def create_rule(*, engine: AsyncEngine, tenant_id: str, rule: RateLimitIn) -> RateLimitOut:
+async def create_rule(
+    *, engine: AsyncEngine, tenant_id: str, rule: RateLimitIn, max_rules: int = 100
+) -> RateLimitOut:
     """Store a new rule for the tenant; enforced everywhere within a few seconds. ``422
-    elastic_without_pacing`` for an elastic rule with no provider pacing to borrow from."""
+    elastic_without_pacing`` for an elastic rule with no provider pacing to borrow from; ``409
+    limit_reached`` when the tenant already holds ``max_rules``."""
     async with engine.begin() as conn:
+        # One transaction per tenant at a time past this point: two creates cannot both pass the cap.
+        await conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtext('rules:' || :t))"), {"t": tenant_id}
+        )
+        held = (
+            await conn.execute(
+                sa.select(sa.func.count()).select_from(_rules).where(_rules.c.tenant_id == tenant_id)
+            )
+        ).scalar_one()
+        if held >= max_rules:
+            raise ApiError(
+                409, "limit_reached", f"A tenant may hold {max_rules} rate-limit rules; delete one first.",
+                {"limit": max_rules},
+            )  # fmt: skip
         await _require_pacing(conn, tenant_id=tenant_id, rule=rule)
         row = (
             await conn.execute(_rules.insert().values(tenant_id=tenant_id, **_values(rule)).returning(_rules))

@@ -147,9 +147,16 @@ def _same(tenant_id: str, name: str, channel: str, locale: str) -> list[Any]:
 
 
 async def create_template(
-    *, engine: AsyncEngine, renderer: Renderer, tenant_id: str, default_locale: str, template: TemplateIn
+    *,
+    engine: AsyncEngine,
+    renderer: Renderer,
+    tenant_id: str,
+    default_locale: str,
+    template: TemplateIn,
+    max_templates: int = 500,
 ) -> TemplateOut:
-    """Store a new version (``max + 1``) of the template; ``422`` when it does not render."""
+    """Store a new version (``max + 1``) of the template; ``422`` when it does not render, ``409
+    limit_reached`` when the tenant already holds ``max_templates`` versions."""
     subject = template.title if template.channel is Channel.push else template.subject
     await _check_renders(
         renderer, subject=subject, body=template.body, html=template.html, data=template.sample_data
@@ -157,6 +164,19 @@ async def create_template(
     locale = template.locale or default_locale
     channel = template.channel.value
     async with engine.begin() as conn:
+        await _lock(conn, tenant_id, "", "", "")  # the tenant's count: two creates cannot both pass it
+        held = (
+            await conn.execute(
+                sa.select(sa.func.count()).select_from(_templates).where(_templates.c.tenant_id == tenant_id)
+            )
+        ).scalar_one()
+        if held >= max_templates:
+            raise ApiError(
+                409,
+                "limit_reached",
+                f"A tenant may hold {max_templates} template versions.",
+                {"limit": max_templates},
+            )
         await _lock(conn, tenant_id, template.name, channel, locale)
         same = _same(tenant_id, template.name, channel, locale)
         latest = (await conn.execute(sa.select(sa.func.max(_templates.c.version)).where(*same))).scalar()

@@ -77,6 +77,13 @@ class RuleSpec:
         """What metrics and outcome details call the rule: its name, else its id."""
         return self.name or str(self.id)
 
+    @property
+    def metric_label(self) -> str:
+        """What the rule is called in metric labels: a global rule (set by the operator) by its
+        label, a tenant's rule by its scope only, so a tenant's 2,000 rule names cannot become
+        2,000 series in every process."""
+        return self.label if self.tenant_id is None else f"tenant:{self.scope}"
+
     def to_rule(self, *, rate_factor: float = 1.0, elastic_pool: ElasticPool | None = None) -> Rule:
         """The limiter rule (see module docstring); ``rate_factor`` < 1 slows the rate (adaptive
         provider pacing) without changing the burst. An elastic rule borrows from
@@ -90,7 +97,7 @@ class RuleSpec:
         else:
             limit, period_s, burst = self.limit, self.period_s / rate_factor, self.burst
         return Rule(
-            str(self.id),
+            self.metric_label,
             limit=limit,
             period_s=period_s,
             burst=burst,

@@ -131,6 +131,18 @@ class Settings(BaseSettings):
         default=None,
         description="Bearer token a Prometheus scraper sends for the API's /metrics, whose series name every tenant (unset: /metrics answers 404, except under `clarion dev`, where it is open).",
     )
+    max_rules_per_tenant: int = Field(
+        default=100,
+        ge=1,
+        le=100_000,
+        description="Rate-limit rules one tenant may hold (every process loads every tenant's rules every 2 s).",
+    )
+    max_templates_per_tenant: int = Field(
+        default=500,
+        ge=1,
+        le=1_000_000,
+        description="Template versions one tenant may hold, all names, channels and locales together.",
+    )
     operator_token: SecretStr | None = Field(
         default=None,
         description="Bearer token of the platform operator: cluster-wide figures (Kafka offsets and lag, every tenant's queues) at /v1/ops/cluster/queues. No tenant key opens them (unset: 404).",

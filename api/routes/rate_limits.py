@@ -32,7 +32,12 @@ Admin = Annotated[Principal, Depends(require("admin"))]
 
 @router.post("/v1/rate-limits", status_code=201, response_model=RateLimitOut)
 async def create(body: RateLimitIn, request: Request, principal: Admin) -> RateLimitOut:
-    return await create_rule(engine=request.app.state.engine, tenant_id=principal.tenant_id, rule=body)
+    return await create_rule(
+        engine=request.app.state.engine,
+        tenant_id=principal.tenant_id,
+        rule=body,
+        max_rules=request.app.state.settings.max_rules_per_tenant,
+    )
 
 
 @router.get("/v1/rate-limits", response_model=list[RateLimitOut])

@@ -40,6 +40,7 @@ async def create(
         tenant_id=principal.tenant_id,
         default_locale=principal.default_locale,
         template=body,
+        max_templates=state.settings.max_templates_per_tenant,
     )
 
 

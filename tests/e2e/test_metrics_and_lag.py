@@ -45,6 +45,7 @@ SECRET_DATA = "ZX-PRIVATE-991"
 PHONE_DIGITS = "4155550100"
 FINAL = {"sent", "failed", "suppressed", "throttled"}
 CAP_RULE = "one-promo-per-hour"
+CAP_METRIC_LABEL = "tenant:recipient"  # a tenant rule is labelled by its scope, never its name
 
 
 @dataclass
@@ -240,8 +241,8 @@ def test_outcome_metrics_match_the_known_sequence(observed: Observed) -> None:
     calls = _delta(observed, "clarion_provider_call_seconds_count", provider="sendgrid")
     assert calls == 5  # 4 sent + 1 refused; the suppressed and throttled ones never reach SendGrid
     decisions = "clarion_ratelimit_decisions_total"
-    assert _delta(observed, decisions, rule=CAP_RULE, decision="allowed") == 1
-    assert _delta(observed, decisions, rule=CAP_RULE, decision="dropped") == 1
+    assert _delta(observed, decisions, rule=CAP_METRIC_LABEL, decision="allowed") == 1
+    assert _delta(observed, decisions, rule=CAP_METRIC_LABEL, decision="dropped") == 1
     accepted = "clarion_notifications_accepted_total"
     assert _delta(observed, accepted, tenant=observed.tenant_id, channel="email") == 7
 

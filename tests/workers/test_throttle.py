@@ -263,7 +263,7 @@ async def test_an_elastic_cap_sends_above_its_limit_while_the_provider_has_spare
 ) -> None:
     cap = rule_row(name=f"2-push-per-hour-{mode}", channel="push", limit=2, period_s=3600.0, mode=mode)
     gate = gate_for(cap, hourly_pacing(6), limiter=limiter)
-    borrowed_before = borrowed_count(cap["name"])
+    borrowed_before = borrowed_count(f"tenant:{cap['scope']}")
     user_a, user_b = uuid.UUID(int=1), uuid.UUID(int=2)
 
     to_a = await admit_n(gate, 3, user_id=user_a)  # pacing: 3 of 6 used, room for more
@@ -271,7 +271,7 @@ async def test_an_elastic_cap_sends_above_its_limit_while_the_provider_has_spare
 
     assert [o is None for o in to_a] == [True] * sent_to_a + [False] * (3 - sent_to_a)
     assert to_b == [None, None]
-    assert borrowed_count(cap["name"]) - borrowed_before == sent_to_a - 2
+    assert borrowed_count(f"tenant:{cap['scope']}") - borrowed_before == sent_to_a - 2
     # this call takes the provider's last slot: nothing left to spare, so the cap holds
     held = await gate.admit(notification(user_id=user_a), HELLO, DEVICE)
     assert held.status == "throttled" and held.detail == f"rule {cap['name']}"
