@@ -268,8 +268,21 @@ def _check_key(public_key: str) -> None:
 
 
 def _event_marker(event: dict[str, Any]) -> str | None:
+    """What tells a replayed event from a new one: its ``sg_event_id``, or, for events that carry
+    none, (``sg_message_id``, event, timestamp), which SendGrid repeats unchanged on a replay."""
     event_id = event.get("sg_event_id")
-    return f"[sg_event_id={event_id}]" if isinstance(event_id, str) and event_id else None
+    if isinstance(event_id, str) and event_id:
+        return f"[sg_event_id={_storable(event_id)[:128]}]"
+    message_id, at = event.get("sg_message_id"), event.get("timestamp")
+    if isinstance(message_id, str) and message_id and isinstance(at, int | float | str):
+        return f"[sg_event={_storable(message_id)[:128]}:{_storable(str(event.get('event')))[:32]}:{at}]"
+    return None
+
+
+def _storable(text: str) -> str:
+    """``text`` without what PostgreSQL's jsonb refuses (NUL) or cannot encode (lone surrogates):
+    one such character in a ``reason`` made SendGrid's whole signed batch fail, on every retry."""
+    return text.replace("\x00", "").encode("utf-8", "replace").decode()
 
 
 def _event_detail(event: dict[str, Any], marker: str | None) -> str:
@@ -277,7 +290,8 @@ def _event_detail(event: dict[str, Any], marker: str | None) -> str:
     facts = [f"type {event['type']}" if kind == "bounce" and event.get("type") else None]
     facts.append(str(event.get("reason") or event.get("response") or "") or None)
     text = "; ".join(f for f in facts if f)
-    return f"sendgrid {kind}" + (f": {text}" if text else "") + (f" {marker}" if marker else "")
+    detail = f"sendgrid {kind}" + (f": {text}" if text else "") + (f" {marker}" if marker else "")
+    return _storable(detail)
 
 
 def _email_opt_out(event: dict[str, Any], row: asyncpg.Record) -> _OptOut | None:

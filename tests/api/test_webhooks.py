@@ -384,6 +384,38 @@ async def test_events_are_recorded_once_per_sg_event_id(
     assert batch[1]["sg_event_id"] in body["history"][-1]["detail"]
 
 
+async def test_events_without_an_sg_event_id_are_recorded_once_across_replays(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    delivered = event(nid, "delivered", f"{external_id}@example.com", response="250 OK")
+    del delivered["sg_event_id"]
+    first = await hooks.events([delivered])
+    replay = await hooks.events([delivered])
+    assert first.json()["recorded"] == 1
+    assert replay.json()["recorded"] == 0 and replay.json()["duplicate"] == 1
+    assert provider_transitions(await view(client, nid)) == ["delivered"]
+
+
+async def test_an_event_holding_a_nul_does_not_sink_its_signed_batch(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    other, other_user = await sent_notification(engine, tenant, channel="email")
+    batch = [
+        event(
+            nid, "bounce", f"{external_id}@example.com", type="blocked", reason="550 no\x00such\ud800 user"
+        ),
+        event(other, "delivered", f"{other_user}@example.com", response="250 OK"),
+    ]
+    response = await hooks.events(batch)
+    assert response.status_code == 200, response.text
+    assert response.json()["recorded"] == 2
+    assert provider_transitions(await view(client, other)) == ["delivered"]
+    detail = (await view(client, nid))["history"][-1]["detail"]
+    assert "nosuch" in detail.replace("?", "") and "\x00" not in detail
+
+
 async def test_hard_bounce_opts_the_user_out_of_email_but_a_block_does_not(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
