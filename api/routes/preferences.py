@@ -15,7 +15,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 
 from api.auth import require
 from api.errors import ApiError
@@ -25,7 +25,6 @@ from api.preferences import (
     PreferencesOut,
     claims_for,
     get_preferences,
-    preferences_link,
     replace_user_preferences,
     set_preferences,
     unsubscribe,
@@ -139,7 +138,9 @@ async def one_click_unsubscribe(request: Request, token: Token = None) -> dict[s
 
 @router.get("/v1/unsubscribe", response_class=HTMLResponse, tags=["user-side"])
 async def unsubscribe_link_opened(request: Request, token: Token = None) -> Response:
-    """Opening the link (a GET, as link scanners do too) changes nothing: it leads to the page."""
+    """Opening the link (a GET, as link scanners do too) changes nothing: it shows a page whose one
+    button posts the same token. The token keeps its reach: one category's unsubscribe link never
+    becomes a token for the whole preference page (it did, valid 60 days)."""
     state = request.app.state
     try:
         claims = await claims_for(
@@ -147,8 +148,16 @@ async def unsubscribe_link_opened(request: Request, token: Token = None) -> Resp
         )
     except ApiError as exc:
         return _error_page(exc)
-    link = preferences_link(settings=state.settings, tenant_id=claims.tenant_id, user_id=claims.user_id)
-    return RedirectResponse(f"/preferences?token={link.token}", status_code=303, headers=PAGE_HEADERS)
+    category = escape(claims.category or "these")
+    action = escape(f"/v1/unsubscribe?token={token}", quote=True)
+    body = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Unsubscribe</title></head>"
+        f"<body><h1>Unsubscribe from {category} emails?</h1>"
+        f"<form method='post' action='{action}'>"
+        "<input type='hidden' name='List-Unsubscribe' value='One-Click'>"
+        "<button type='submit'>Unsubscribe</button></form></body></html>"
+    )
+    return HTMLResponse(body, headers=PAGE_HEADERS)
 
 
 @router.get("/preferences", response_class=HTMLResponse, tags=["user-side"])
