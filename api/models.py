@@ -7,6 +7,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import phonenumbers
 from email_validator import EmailNotValidError, validate_email
@@ -47,6 +48,32 @@ def _normalized_email(value: str) -> str:
         return validate_email(value, check_deliverability=False).normalized
     except EmailNotValidError as exc:
         raise ValueError(f"'{value}' is not a valid email address: {exc}") from None
+
+
+# APNS device tokens are hex (32 bytes today; Apple warns the length may grow). FCM registration
+# tokens are URL-safe text, usually ~160 characters, sometimes with a ':' separator.
+_APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
+_FCM_TOKEN = re.compile(r"^[A-Za-z0-9_\-:]{32,4096}$")
+
+
+def check_timezone(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"'{value}' is not an IANA timezone name (like Europe/Lisbon)") from None
+    return value
+
+
+def check_device_token(platform: Platform, token: str) -> str:
+    """The one rule for a device token, inline in a send or through /v1/users (an APNS token that
+    is not hex went to APNs and came back BadDeviceToken)."""
+    if platform is Platform.apns and not _APNS_TOKEN.match(token):
+        raise ValueError("an APNS device token is 64 or more hexadecimal characters")
+    if platform is Platform.fcm and not _FCM_TOKEN.match(token):
+        raise ValueError("an FCM registration token is 32 or more characters of A-Z a-z 0-9 _ - :")
+    return token
 
 
 MAX_DATA_DEPTH = 32
@@ -92,6 +119,11 @@ class DeviceIn(Strict):
     platform: Platform
     token: str = Field(min_length=8, max_length=4096, pattern=r"^[A-Za-z0-9_:\-.]+$")
 
+    @model_validator(mode="after")
+    def _token_format(self) -> DeviceIn:
+        check_device_token(self.platform, self.token)
+        return self
+
 
 class UserIn(Strict):
     id: str = Field(min_length=1, max_length=255, description="your id for the user (external id)")
@@ -103,6 +135,7 @@ class UserIn(Strict):
 
     _phone = field_validator("phone")(check_phone)
     _email = field_validator("email")(check_email)
+    _tz = field_validator("timezone")(check_timezone)
 
 
 class ContentIn(Strict):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from uuid import UUID
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -17,7 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
-from api.models import check_email, check_phone
+from api.models import check_device_token, check_email, check_phone, check_timezone
 from schema.enums import Platform
 from schema.ids import uuid7
 from schema.models import Device, User
@@ -26,20 +25,6 @@ _users = User.__table__  # type: ignore[attr-defined]
 _devices = Device.__table__  # type: ignore[attr-defined]
 
 HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
-# APNS device tokens are hex (32 bytes today; Apple warns the length may grow). FCM registration
-# tokens are URL-safe text, usually ~160 characters, sometimes with a ':' separator.
-_APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
-_FCM_TOKEN = re.compile(r"^[A-Za-z0-9_\-:]{32,4096}$")
-
-
-def check_timezone(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"'{value}' is not an IANA timezone name (like Europe/Lisbon)") from None
-    return value
 
 
 class QuietHours(BaseModel):
@@ -83,10 +68,7 @@ class DeviceIn(BaseModel):
 
     @model_validator(mode="after")
     def _token_format(self) -> DeviceIn:
-        if self.platform is Platform.apns and not _APNS_TOKEN.match(self.token):
-            raise ValueError("an APNS device token is 64 or more hexadecimal characters")
-        if self.platform is Platform.fcm and not _FCM_TOKEN.match(self.token):
-            raise ValueError("an FCM registration token is 32 or more characters of A-Z a-z 0-9 _ - :")
+        check_device_token(self.platform, self.token)
         return self
 
 

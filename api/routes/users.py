@@ -31,6 +31,9 @@ async def put(
     user, created = await put_user(
         engine=request.app.state.engine, tenant_id=principal.tenant_id, external_id=external_id, profile=body
     )
+    if "read" not in principal.scopes and "admin" not in principal.scopes:
+        # A send-only key writes profiles; reading the user's device tokens needs 'read'.
+        user = user.model_copy(update={"devices": []})
     return JSONResponse(user.model_dump(mode="json"), status_code=201 if created else 200)
 
 

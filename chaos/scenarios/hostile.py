@@ -41,7 +41,7 @@ def _send(i: int, channel: str, content: dict[str, Any], **extra: Any) -> dict[s
     elif channel == "email":
         user["email"] = f"mallory{i}@evil.example"
     else:
-        user["devices"] = [{"platform": "fcm", "token": f"fcm-token-{i}"}]
+        user["devices"] = [{"platform": "fcm", "token": f"fcm-token-{i:040d}"}]
     body: dict[str, Any] = {"event_id": f"hostile-{i}", "user": user, "channel": channel, "content": content}
     body.update(extra)
     return body

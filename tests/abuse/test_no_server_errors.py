@@ -109,10 +109,30 @@ async def test_a_push_with_a_data_key_fcm_reserves_is_a_422_naming_it(
 ) -> None:
     send = {
         "event_id": f"push-{key}",
-        "user": {"id": "u-push", "devices": [{"platform": "fcm", "token": "fcm-token-12345"}]},
+        "user": {"id": "u-push", "devices": [{"platform": "fcm", "token": "fcm-token-" + "x" * 40}]},
         "channel": "push",
         "content": {"title": "t", "body": "b"},
         "data": {key: "x"},
     }
     error = refused(await client.post("/v1/notifications", json=send), 422)
     assert key in error["message"] or key in json.dumps(error.get("details"))
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"id": "u-tz", "email": "ada@example.com", "timezone": "Mars/Olympus_Mons"},
+        {"id": "u-tz", "email": "ada@example.com", "timezone": "../../etc/passwd"},
+        {
+            "id": "u-apns",
+            "email": "ada@example.com",
+            "devices": [{"platform": "apns", "token": "not-hex-" * 9}],
+        },
+        {"id": "u-fcm", "email": "ada@example.com", "devices": [{"platform": "fcm", "token": "short-token"}]},
+    ],
+)
+async def test_inline_user_details_get_the_validation_of_v1_users(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo, user: dict[str, Any]
+) -> None:
+    refused(await client.post("/v1/notifications", json=email_send(user=user)), 422)
+    assert await count_notifications(engine, tenant.id) == 0

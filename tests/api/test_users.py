@@ -116,3 +116,22 @@ async def test_devices_of_an_unknown_user_are_404(client: httpx.AsyncClient) -> 
     )
     assert_error(response, 404, "unknown_user")
     assert_error(await client.delete("/v1/users/ghost/devices/abc"), 404, "unknown_user")
+
+
+async def test_a_send_only_key_writing_a_profile_is_not_shown_the_device_tokens(
+    client: httpx.AsyncClient, api: Any, engine: Any, tenant: Any
+) -> None:
+    from tests.conftest import make_tenant
+    from tests.fixtures.services import api_client
+
+    token = secrets.token_hex(32)
+    await client.put("/v1/users/u-dev", json=profile())
+    added = await client.post("/v1/users/u-dev/devices", json={"platform": "apns", "token": token})
+    assert added.status_code in (200, 201), added.text
+    sender = await make_tenant(engine, scopes=("send",), tenant_id=tenant.id)
+    async with api_client(api.url, sender.key) as send_only:
+        response = await send_only.put("/v1/users/u-dev", json={"email": "dev@example.com"})
+    assert response.status_code == 200, response.text
+    assert response.json()["devices"] == [] and token not in response.text
+    full = (await client.get("/v1/users/u-dev")).json()
+    assert [d["token"] for d in full["devices"]] == [token]
