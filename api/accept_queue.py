@@ -38,7 +38,11 @@ async def accept_isolated(
     except Exception as exc:
         if len(sends) == 1 or is_db_unavailable(exc):
             return [exc] * len(sends)
-        log.info("a shared accept of %d sends failed (%s); accepting them one by one", len(sends), exc)
+        log.info(  # the class only: a database error's text can quote a sent value
+            "a shared accept of %d sends failed (%s); accepting them one by one",
+            len(sends),
+            type(exc).__name__,
+        )
     return [(await accept_isolated(pool=pool, renderer=renderer, sends=[s]))[0] for s in sends]
 
 

@@ -130,7 +130,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, code, str(exc.detail), None, dict(exc.headers or {}) or None)
 
     @app.exception_handler(Exception)
-    async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         if is_unstorable_value(exc):
             log.info("refused a value the database cannot store: %s", type(exc).__name__)
             return error_response(
@@ -146,7 +146,12 @@ def install_error_handlers(app: FastAPI) -> None:
                 "The notification log is unavailable; retry shortly.",
                 headers={"Retry-After": "2"},
             )
-        log.exception("unhandled error")
+        # The class and the route only: an exception's text and a traceback's frames can quote the
+        # request's values (a body, a rendered template), so those need DEBUG.
+        log.error(
+            "unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path,
+            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+        )  # fmt: skip
         return error_response(500, "internal_error", "Internal error.")
 
     # Database and network failures are answered here, not by the catch-all above: Starlette

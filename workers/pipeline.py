@@ -399,10 +399,12 @@ class Pipeline:
             except ProviderError:
                 raise
             except Exception as exc:
-                log.exception(
-                    "provider %s raised an unclassified error",
+                log.error(  # the class only: its text or traceback may quote the rendered message
+                    "provider %s raised an unclassified %s",
                     provider.name,
+                    type(exc).__name__,
                     extra={"notification_id": nid, "event_id": row["event_id"], "provider": provider.name},
+                    exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
                 )
                 if not last:
                     continue

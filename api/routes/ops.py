@@ -21,6 +21,14 @@ router = APIRouter(tags=["operations"])
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 MAX_WINDOW_S = 7 * 24 * 3600
+# The page handles an admin key: never inside another site's frame (clickjacking).
+OPS_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 @router.get("/v1/ops/queues", response_model=QueuesOut)
@@ -51,7 +59,7 @@ async def cluster_queues(
 
 @router.get("/ops", include_in_schema=False)
 async def dashboard() -> FileResponse:
-    return FileResponse(STATIC / "ops.html", media_type="text/html", headers={"Cache-Control": "no-store"})
+    return FileResponse(STATIC / "ops.html", media_type="text/html", headers=OPS_PAGE_HEADERS)
 
 
 @router.get("/ops/ops.js", include_in_schema=False)
