@@ -33,6 +33,8 @@ _BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 _TRANSIENT = frozenset(
     {"QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
 )
+# A device address "fid:<Firebase installation ID>" targets ``fid``; anything else is a ``token``.
+FID_PREFIX = "fid:"
 _INVALID_RECIPIENT = frozenset({"UNREGISTERED", "SENDER_ID_MISMATCH"})
 
 
@@ -183,15 +185,26 @@ def _message(message: RenderedMessage) -> dict[str, Any]:
     if message.collapse_id:
         android["collapse_key"] = message.collapse_id
         apns_headers["apns-collapse-id"] = message.collapse_id
+    target, _, fid = message.to.partition(FID_PREFIX)
     body: dict[str, Any] = {
-        "token": message.to,
+        **({"fid": fid} if not target and fid else {"token": message.to}),
         "notification": notification,
         "android": android,
         "apns": {"headers": apns_headers},
     }
     if message.data:
         body["data"] = {str(k): str(v) for k, v in message.data.items()}
+        for key in body["data"]:
+            if reserved_data_key(key):
+                raise PermanentProviderError(
+                    f"FCM refuses the data key {key!r} (reserved)", provider="fcm", code="reserved_data_key"
+                )
     return body
+
+
+def reserved_data_key(key: str) -> bool:
+    """FCM answers 400 INVALID_ARGUMENT for these ``data`` keys (docs/providers.md, "FCM")."""
+    return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
