@@ -1,4 +1,4 @@
-"""A local APNs: HTTP/2 (hypercorn), TLS with a self-signed certificate made at start (or cleartext h2).
+"""A local APNs: HTTP/2 (``tests.fakes.h2server``, framed as APNs frames), TLS with a self-signed certificate made at start (or cleartext h2).
 
 Validates like APNs, in APNs' order: method, path, headers, provider token (ES256 signature against
 the test key made at start, ``kid``, ``iss``, ``iat`` within one hour), body. Answers 200 with
@@ -11,9 +11,9 @@ import asyncio
 import datetime
 import ipaddress
 import json
-import logging
 import re
 import secrets
+import shutil
 import tempfile
 import time
 import uuid
@@ -25,10 +25,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from hypercorn.asyncio import serve
-from hypercorn.config import Config
 
-from tests.fakes.base import FakeServer, Forced, RecordedRequest, free_port, run_cli
+from tests.fakes.base import FakeServer, Forced, RecordedRequest, run_cli
+from tests.fakes.h2server import serve_h2, tls_context
 
 STATUS = {
     "BadCollapseId": 400, "BadDeviceToken": 400, "BadExpirationDate": 400, "BadMessageId": 400,
@@ -44,9 +43,10 @@ STATUS = {
 PUSH_TYPES = set(
     "alert background location voip complication fileprovider mdm liveactivity pushtotalk".split()
 )
+VOIP_MAX_PAYLOAD_BYTES = 5120
 _FORCED_REASON = {429: "TooManyRequests", 500: "InternalServerError"}
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
+_DEVICE_TOKEN = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class FakeApns(FakeServer):
@@ -117,34 +117,18 @@ class FakeApns(FakeServer):
 
     # server ---------------------------------------------------------------------------------------
     async def start(self) -> None:
-        config = Config()
-        if self.port == 0:
-            self.port = free_port()
-        config.bind = [f"127.0.0.1:{self.port}"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("fake-apns")
-        config.keep_alive_max_requests = 10**9
-        config.graceful_timeout = 0.5
+        context = None
         if self.tls:
             self._write_certificate()
-            config.certfile = str(self.ca_file)
-            config.keyfile = str(self._dir / "key.pem")
-            config.alpn_protocols = ["h2"]
-        self._stop = asyncio.Event()
-        self._task = asyncio.create_task(serve(self._app, config, shutdown_trigger=self._stop.wait))  # type: ignore[arg-type]
-        for _ in range(200):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                await asyncio.sleep(0.01)
-                continue
-            writer.close()
-            return
-        raise RuntimeError("fake APNs did not start")
+            context = tls_context(str(self.ca_file), str(self._dir / "key.pem"))
+        self._server = await serve_h2(self._handle, self.port, context)
+        assert self._server.server is not None
+        self.port = int(self._server.server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
-        self._stop.set()
-        await self._task
+        """Stop listening, drop connections and in-flight requests, and remove the temp directory."""
+        await self._server.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def _write_certificate(self) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -170,36 +154,16 @@ class FakeApns(FakeServer):
             )
         )
 
-    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        body = b""
-        while True:
-            event = await receive()
-            body += event.get("body", b"")
-            if not event.get("more_body"):
-                break
-        raw_headers = [(k.decode().lower(), v.decode()) for k, v in scope["headers"]]
+    async def _handle(
+        self, method: str, path: str, raw_headers: list[tuple[str, str]], body: bytes, peer: str
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         headers = dict(raw_headers)
-        client = scope.get("client") or ("", 0)
-        recorded = RecordedRequest(
-            scope["method"],
-            scope["path"],
-            headers,
-            _json_or_none(body),
-            body,
-            peer=f"{client[0]}:{client[1]}",
-        )
+        recorded = RecordedRequest(method, path, headers, _json_or_none(body), body, peer=peer)
         if self.record:
             self.requests.append(recorded)
         apns_id = headers.get("apns-id") or str(uuid.uuid4())
-        if scope["http_version"] != "2":
-            return await _respond(send, 505, apns_id, None)
         forced: Forced | None = None
-        reason = self._check(scope["method"], scope["path"], raw_headers, headers, body)
+        reason = self._check(method, path, raw_headers, headers, body)
         if reason is None:
             forced = self.next_forced()
             if forced is not None and forced.kind == "timeout":
@@ -207,9 +171,9 @@ class FakeApns(FakeServer):
             elif forced is not None:
                 reason = forced.reason or _FORCED_REASON.get(forced.status, "ServiceUnavailable")
             else:
-                reason = self.token_errors.get(scope["path"].removeprefix("/3/device/"))
+                reason = self.token_errors.get(path.removeprefix("/3/device/"))
         extra = {"retry-after": str(int(forced.retry_after_s))} if forced and forced.retry_after_s else {}
-        await _respond(send, STATUS[reason] if reason else 200, apns_id, reason, extra)
+        return _response(STATUS[reason] if reason else 200, apns_id, reason, extra)
 
     def _check(
         self, method: str, path: str, raw: list[tuple[str, str]], headers: dict[str, str], body: bytes
@@ -221,17 +185,21 @@ class FakeApns(FakeServer):
         device_token = path.removeprefix("/3/device/")
         if not device_token:
             return "MissingDeviceToken"
-        if not _HEX.match(device_token):
+        if not _DEVICE_TOKEN.fullmatch(device_token):
             return "BadDeviceToken"
         if len(raw) != len(headers):
             return "DuplicateHeaders"
         if "apns-topic" not in headers:
             return "MissingTopic"
-        if headers["apns-topic"] != self.topic:
-            return "BadTopic"
-        if headers.get("apns-push-type", "alert") not in PUSH_TYPES:
+        push_type = headers.get("apns-push-type", "alert")
+        if push_type not in PUSH_TYPES:
             return "InvalidPushType"
+        expected_topic = f"{self.topic}.voip" if push_type == "voip" else self.topic
+        if headers["apns-topic"] != expected_topic:
+            return "DeviceTokenNotForTopic" if headers["apns-topic"] in _topics(self.topic) else "BadTopic"
         if headers.get("apns-priority", "10") not in {"10", "5", "1"}:
+            return "BadPriority"
+        if push_type == "background" and headers.get("apns-priority", "10") != "5":
             return "BadPriority"
         if not headers.get("apns-expiration", "0").isdigit():
             return "BadExpirationDate"
@@ -244,8 +212,12 @@ class FakeApns(FakeServer):
             return token_reason
         if not body:
             return "PayloadEmpty"
-        if len(body) > self.max_payload_bytes:
+        limit = VOIP_MAX_PAYLOAD_BYTES if push_type == "voip" else self.max_payload_bytes
+        if len(body) > limit:
             return "PayloadTooLarge"
+        aps = (_json_or_none(body) or {}).get("aps") if isinstance(_json_or_none(body), dict) else None
+        if push_type == "background" and isinstance(aps, dict) and {"alert", "badge", "sound"} & set(aps):
+            return "InvalidPushType"  # APNs: a background push must not carry alert, badge or sound
         return None
 
     def _check_token(self, authorization: str | None) -> str | None:
@@ -281,19 +253,20 @@ class FakeApns(FakeServer):
         return None
 
 
-async def _respond(
-    send: Any, status: int, apns_id: str, reason: str | None, extra: dict[str, str] | None = None
-) -> None:
-    headers = [(b"apns-id", apns_id.encode())] + [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
-    body = b""
-    if reason is not None:
-        document: dict[str, Any] = {"reason": reason}
-        if status == 410:
-            document["timestamp"] = int(time.time() * 1000)
-        body = json.dumps(document).encode()
-        headers.append((b"content-type", b"application/json"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+def _response(
+    status: int, apns_id: str, reason: str | None, extra: dict[str, str]
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    headers = [("apns-id", apns_id), *extra.items()]
+    if reason is None:
+        return status, headers, b""
+    document: dict[str, Any] = {"reason": reason}
+    if status == 410:
+        document["timestamp"] = int(time.time() * 1000)
+    return status, [*headers, ("content-type", "application/json")], json.dumps(document).encode()
+
+
+def _topics(bundle: str) -> set[str]:
+    return {bundle, f"{bundle}.voip", f"{bundle}.complication", f"{bundle}.push-type.liveactivity"}
 
 
 def _json_or_none(body: bytes) -> Any:
