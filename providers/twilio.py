@@ -75,7 +75,9 @@ class TwilioProvider:
         if self._settings.messaging_service_sid:
             form["MessagingServiceSid"] = self._settings.messaging_service_sid
         elif self._settings.from_number:
-            form["From"] = self._settings.from_number
+            # A channel address (whatsapp:+1...) is sent from the same number on that channel.
+            channel, colon, _ = message.to.rpartition(":")
+            form["From"] = f"{channel}{colon}{self._settings.from_number.rpartition(':')[2]}"
         if self._settings.status_callback_url:
             # The notification id rides in the (signed) URL, so a report that arrives before the
             # worker has recorded the message sid still finds its notification.

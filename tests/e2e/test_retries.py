@@ -177,6 +177,7 @@ async def test_retry_after_2s_is_honoured_via_the_retry_topic(
     sms_lane: Lane, lane_client: httpx.AsyncClient
 ) -> None:
     # 2 s is beyond the lane's in-process cap (0.5 s): the notification is rescheduled, not held.
+    sms_lane.fake.retry_after_hint = True  # not Twilio's behaviour: tests the pipeline's handling
     sms_lane.fake.force_rate_limit(1, retry_after_s=2)
     nid = await send(lane_client)
 
@@ -218,6 +219,7 @@ async def test_a_notification_whose_retry_would_come_after_expires_at_ends_expir
     sms_lane: Lane, lane_client: httpx.AsyncClient
 ) -> None:
     # An OTP valid for 3 s; the provider asks for a pause longer than that.
+    sms_lane.fake.retry_after_hint = True  # not Twilio's behaviour: tests the pipeline's handling
     sms_lane.fake.force_rate_limit(1, retry_after_s=60)
     expires_at = datetime.now(UTC) + timedelta(seconds=3)
     nid = await send(lane_client, expires_at=expires_at.isoformat())

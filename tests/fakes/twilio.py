@@ -36,6 +36,7 @@ class Callback:
 
 
 _E164 = re.compile(r"^\+[1-9]\d{6,14}$")
+_CONTENT_SID = re.compile(r"^HX[0-9a-f]{32}$")
 _GSM7 = set(
     "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§"
     "¿abcdefghijklmnopqrstuvwxyzäöñüà"
@@ -54,6 +55,8 @@ _MESSAGES = {
     21610: "Attempt to send to unsubscribed recipient",
     21612: "The 'To' phone number is not currently reachable using the 'From' phone number.",
     21614: "'To' number is not a valid mobile number",
+    21910: "Invalid From and To pair. From and To should be of the same channel",
+    21656: "The ContentSid is Invalid.",
     21617: "The concatenated message body exceeds the 1600 character limit.",
     21635: "'To' number cannot be a landline.",
 }
@@ -82,6 +85,9 @@ class FakeTwilio(AiohttpFake):
         self.callback_delay_s = 0.3
         self.callbacks_reversed = False
         self.callbacks: list[Callback] = []
+        # Twilio's Messages API sends no Retry-After on 429 (docs/providers.md, "Twilio"). True adds
+        # one, for pipeline tests of Retry-After handling only, never for Twilio's behaviour.
+        self.retry_after_hint = False
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._client: aiohttp.ClientSession | None = None
 
@@ -181,7 +187,9 @@ class FakeTwilio(AiohttpFake):
             return self._error(404, 20404)
         forced = self.next_forced()
         if forced is not None and forced.kind == "rate_limit":
-            return self._error(429, 20429, **{"Retry-After": str(int(forced.retry_after_s or 1))})
+            # Twilio documents no Retry-After for the Messages API; only an explicit opt-in sends one.
+            hint = {"Retry-After": str(int(forced.retry_after_s or 1))} if self.retry_after_hint else {}
+            return self._error(429, 20429, **hint)
         if forced is not None and forced.kind == "server_error":
             extra = {"Retry-After": str(int(forced.retry_after_s))} if forced.retry_after_s else {}
             return self._error(forced.status, 20500, **extra)
@@ -210,8 +218,8 @@ class FakeTwilio(AiohttpFake):
             "to": form["To"],
             "from": None if service else form.get("From"),
             "messaging_service_sid": service,
-            "body": form["Body"],
-            "num_segments": str(num_segments(form["Body"])),
+            "body": form.get("Body", ""),
+            "num_segments": str(num_segments(form.get("Body", "")) if form.get("Body") else 1),
             "num_media": "0",
             "direction": "outbound-api",
             "error_code": None,
@@ -230,13 +238,18 @@ def _validate(form: dict[str, str]) -> int | None:
     """The Twilio error code a create with this form gets, or None."""
     if not form.get("To"):
         return 21604
-    if not _E164.match(form["To"]):
+    channel, _, address = form["To"].rpartition(":")
+    if not (_E164.match(address) if channel in ("", "whatsapp", "rcs") else channel == "messenger"):
         return 21211
     if not form.get("From") and not form.get("MessagingServiceSid"):
         return 21603
-    if not form.get("Body"):
+    if form.get("From") and form["From"].rpartition(":")[0] != channel:
+        return 21910  # Invalid From and To pair: both on the same channel
+    if form.get("ContentSid") and not _CONTENT_SID.match(form["ContentSid"]):
+        return 21656
+    if not (form.get("Body") or form.get("MediaUrl") or form.get("ContentSid")):
         return 21602
-    if len(form["Body"]) > 1600:
+    if len(form.get("Body", "")) > 1600:
         return 21617
     validity = form.get("ValidityPeriod")
     if validity is not None and not (validity.isdigit() and 1 <= int(validity) <= 36000):

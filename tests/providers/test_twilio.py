@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
 from aiohttp import web
 from twilio.request_validator import RequestValidator
@@ -146,9 +147,21 @@ async def test_bad_credentials_raise_permanent_20003(fake: FakeTwilio) -> None:
     assert (caught.value.code, caught.value.http_status) == ("20003", 401)
 
 
-async def test_too_many_requests_raises_transient_with_retry_after(
+async def test_too_many_requests_raises_transient_without_a_retry_hint_as_twilio_sends_none(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
+    fake.force_rate_limit(retry_after_s=9)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(make_message(Channel.sms))
+
+    assert (caught.value.code, caught.value.http_status, caught.value.retry_after_s) == ("20429", 429, None)
+
+
+async def test_too_many_requests_passes_on_a_retry_after_hint_when_one_is_sent(
+    fake: FakeTwilio, provider: TwilioProvider
+) -> None:
+    fake.retry_after_hint = True
     fake.force_rate_limit(retry_after_s=9)
 
     with pytest.raises(TransientProviderError) as caught:
@@ -267,3 +280,36 @@ async def test_fake_reports_an_async_error_code_in_the_final_callback(fake: Fake
 def test_status_callbacks_without_a_resolved_url_is_a_configuration_error(fake: FakeTwilio) -> None:
     with pytest.raises(ValueError, match="status_callback_url"):
         TwilioProvider(settings_for(fake, status_callbacks=True))
+
+
+@pytest.mark.parametrize("to", ["whatsapp:+14155550100", "rcs:+14155550100"])
+async def test_sms_to_a_channel_address_is_sent_from_the_same_channel(
+    fake: FakeTwilio, provider: TwilioProvider, to: str
+) -> None:
+    result = await provider.send(make_message(Channel.sms, to=to))
+
+    form = fake.requests[0].body
+    assert result.http_status == 201
+    assert form["To"] == to and form["From"].startswith(to.split(":")[0] + ":+")
+
+
+@pytest.mark.parametrize(
+    ("form", "status"),
+    [
+        ({"To": "whatsapp:+14155550100", "MediaUrl": "https://example.com/a.png"}, 201),
+        ({"To": "+14155550100", "ContentSid": "HX" + "a" * 32}, 201),
+        ({"To": "+14155550100", "ContentSid": "HX-not-a-sid"}, 400),
+        ({"To": "whatsapp:+14155550100", "Body": "x", "From": "+15005550006"}, 400),
+        ({"To": "whatsapp:14155550100", "Body": "x"}, 400),
+        ({"To": "+14155550100"}, 400),
+    ],
+)
+async def test_fake_accepts_media_and_content_only_and_refuses_mismatched_channels(
+    fake: FakeTwilio, form: dict[str, str], status: int
+) -> None:
+    form = {"From": "whatsapp:+15005550006" if form["To"].startswith("whatsapp") else "+15005550006", **form}
+    url = f"{fake.url}/2010-04-01/Accounts/{fake.account_sid}/Messages.json"
+    auth = {"Authorization": aiohttp.BasicAuth(fake.account_sid, fake.auth_token).encode()}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, data=form, headers=auth) as response:
+            assert response.status == status, await response.text()
