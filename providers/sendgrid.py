@@ -112,7 +112,7 @@ class SendGridProvider:
         if self._settings.sandbox_mode:
             mail.mail_settings = MailSettings(sandbox_mode=SandBoxMode(True))
         body: dict[str, Any] = mail.get()
-        return body
+        return _without_repeated_recipients(body)
 
     async def send(self, message: RenderedMessage) -> SendResult:
         """Hand one email to SendGrid; returns its ``X-Message-Id``. Raises from ``providers.errors``."""
@@ -184,3 +184,26 @@ def _errors(raw: bytes) -> list[dict[str, Any]]:
         return []
     errors = document.get("errors") if isinstance(document, dict) else None
     return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+
+
+def _without_repeated_recipients(body: dict[str, Any]) -> dict[str, Any]:
+    """SendGrid refuses a request whose personalization repeats an address across to/cc/bcc
+    (docs/providers.md, "SendGrid"): keep each address's first appearance (case-insensitive)."""
+    for person in body.get("personalizations", []):
+        seen: set[str] = set()
+        for kind in ("to", "cc", "bcc"):
+            if kind in person:
+                kept = [a for a in person[kind] if not _first_sight(seen, str(a.get("email", "")))]
+                person[kind] = kept
+                if not kept:
+                    del person[kind]
+    return body
+
+
+def _first_sight(seen: set[str], email: str) -> bool:
+    """True if ``email`` was already seen (and so must be dropped)."""
+    key = email.lower()
+    if key in seen:
+        return True
+    seen.add(key)
+    return False

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tests.fakes.base import AiohttpFake, json_response, run_cli
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_TEMPLATE_ID = re.compile(r"^d-[0-9a-f]{32}$")
 _RESERVED_HEADERS = {
     "x-sg-id", "x-sg-eid", "received", "dkim-signature", "content-type", "content-transfer-encoding",
     "to", "from", "subject", "reply-to", "cc", "bcc",
@@ -216,13 +217,26 @@ def _validate(body: dict[str, Any]) -> tuple[str | None, str] | None:
         for j, address in enumerate(to):
             if not isinstance(address, dict) or not _EMAIL.match(str(address.get("email", ""))):
                 return f"personalizations.{i}.to.{j}.email", "Does not contain a valid address."
+    problem = _recipients(people)
+    if problem is not None:
+        return problem
     sender = body.get("from")
     if not isinstance(sender, dict) or not _EMAIL.match(str(sender.get("email", ""))):
         return "from.email", "The from email does not contain a valid address."
-    if not body.get("subject") and not all(p.get("subject") for p in people):
+    template = body.get("template_id")
+    if template is not None and not (isinstance(template, str) and _TEMPLATE_ID.match(template)):
+        return "template_id", "The template_id is not a valid template ID."
+    if template is not None and not body.get("content"):
+        content: Any = []  # a dynamic template carries its own subject and content
+    elif not body.get("subject") and not all(p.get("subject") for p in people):
         return "subject", "The subject is required."
-    content = body.get("content")
-    if not isinstance(content, list) or not content:
+    else:
+        content = body.get("content")
+    if (
+        not isinstance(content, list)
+        or not all(isinstance(c, dict) for c in content)
+        or not (content or template)
+    ):
         return "content", "Unless a valid template_id is provided, the content parameter is required."
     types = [c.get("type") for c in content]
     if any(not c.get("value") for c in content):
@@ -245,6 +259,32 @@ def _validate(body: dict[str, Any]) -> tuple[str | None, str] | None:
     for name, setting in body.get("mail_settings", {}).items():
         if not isinstance(setting.get("enable"), bool):
             return f"mail_settings.{name}.enable", "The enable field must be a boolean."
+    return None
+
+
+def _recipients(people: list[Any]) -> tuple[str, str] | None:
+    """SendGrid refuses an address repeated across a personalization's to/cc/bcc, and more than
+    1,000 recipients in one request (docs/providers.md, "SendGrid")."""
+    total = 0
+    for i, person in enumerate(people):
+        seen: set[str] = set()
+        for kind in ("to", "cc", "bcc"):
+            addresses = person.get(kind, [])
+            if not isinstance(addresses, list):
+                return f"personalizations.{i}.{kind}", f"The {kind} field must be an array."
+            for address in addresses:
+                email = str(address.get("email", "") if isinstance(address, dict) else "").lower()
+                if email in seen:
+                    return (
+                        f"personalizations.{i}",
+                        "Each email address in the personalization block should be unique between "
+                        "to, cc, and bcc. We found the first duplicate instance of "
+                        f"[{email}] in the personalizations.{i}.{kind} field.",
+                    )
+                seen.add(email)
+            total += len(addresses)
+    if total > 1000:
+        return "personalizations", "The total number of recipients must be no more than 1000."
     return None
 
 
