@@ -75,12 +75,18 @@ async def test_error_reasons_reach_the_client(fake: FakeApns, client: APNs, reas
 
 async def test_background_push_with_priority_5_and_voip_are_accepted(fake: FakeApns, client: APNs) -> None:
     background = NotificationRequest(
-        device_token=DEVICE, message={"aps": {"content-available": 1}}, priority=5, push_type=PushType.BACKGROUND
+        device_token=DEVICE,
+        message={"aps": {"content-available": 1}},
+        priority=5,
+        push_type=PushType.BACKGROUND,
     )
 
     assert (await client.send_notification(background)).is_successful
     refused = NotificationRequest(
-        device_token=DEVICE, message={"aps": {"content-available": 1}}, priority=10, push_type=PushType.BACKGROUND
+        device_token=DEVICE,
+        message={"aps": {"content-available": 1}},
+        priority=10,
+        push_type=PushType.BACKGROUND,
     )
     assert (await client.send_notification(refused)).description == "BadPriority"
 
