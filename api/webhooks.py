@@ -1,7 +1,7 @@
 """Provider delivery reports: Twilio status callbacks and the SendGrid Event Webhook.
 
 Neither carries an API key: each request is authenticated by the provider's signature
-(``X-Twilio-Signature``, HMAC-SHA1 with the account auth token, PROVIDERS.md 3.5; SendGrid's ECDSA
+(``X-Twilio-Signature``, HMAC-SHA1 with the account auth token, docs/providers.md 3.5; SendGrid's ECDSA
 P-256 signature over timestamp + raw body, 4.5), and a request that fails it changes nothing.
 
 What a report does to the log:
@@ -45,7 +45,7 @@ from api.errors import ApiError
 from clarion import metrics
 
 TWILIO_FINAL = frozenset({"delivered", "undelivered", "failed"})
-# Delivery errors after which this number will not take messages (PROVIDERS.md 3.3).
+# Delivery errors after which this number will not take messages (docs/providers.md 3.3).
 TWILIO_DEAD_CODES = {
     "30004": "message blocked by the recipient or carrier",
     "30005": "unknown destination handset",

@@ -203,7 +203,7 @@ def _message(message: RenderedMessage) -> dict[str, Any]:
 
 
 def reserved_data_key(key: str) -> bool:
-    """FCM answers 400 INVALID_ARGUMENT for these ``data`` keys (docs/providers.md, "FCM")."""
+    """FCM answers 400 INVALID_ARGUMENT for these ``data`` keys (docs/providers.md 7.1)."""
     return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
 
 

@@ -188,7 +188,7 @@ def _errors(raw: bytes) -> list[dict[str, Any]]:
 
 def _without_repeated_recipients(body: dict[str, Any]) -> dict[str, Any]:
     """SendGrid refuses a request whose personalization repeats an address across to/cc/bcc
-    (docs/providers.md, "SendGrid"): keep each address's first appearance (case-insensitive)."""
+    (docs/providers.md 7.4): keep each address's first appearance (case-insensitive)."""
     for person in body.get("personalizations", []):
         seen: set[str] = set()
         for kind in ("to", "cc", "bcc"):

@@ -1,4 +1,4 @@
-"""Provider webhooks over the API: signatures (with PROVIDERS.md's test vectors), forged or stale
+"""Provider webhooks over the API: signatures (with docs/providers.md's test vectors), forged or stale
 requests refused with nothing changed, duplicate and out-of-order reports, opt-outs."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.fixtures.services import ApiServer, api_client
 TWILIO_PATH = "/v1/webhooks/twilio/status"
 SENDGRID_PATH = "/v1/webhooks/sendgrid/events"
 
-# PROVIDERS.md 3.5 and 4.5.
+# docs/providers.md 3.5 and 4.5.
 TWILIO_VECTOR = {
     "token": "12345",
     "url": "https://mycompany.com/myapp.php?foo=1&bar=2",

@@ -198,7 +198,7 @@ _DURATION = re.compile(r"\d{1,9}(\.\d{1,9})?s")
 
 
 def reserved_data_key(key: str) -> bool:
-    """FCM refuses these ``data`` keys (docs/providers.md, "FCM data keys")."""
+    """FCM refuses these ``data`` keys (docs/providers.md 7.1)."""
     return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
 
 

@@ -3,7 +3,7 @@
 Answers 202 + ``X-Message-Id`` (200 in sandbox mode), errors in SendGrid's ``{"errors": [...]}``
 shape, and ``X-RateLimit-*`` headers on every response. With ``webhook_url`` set, each accepted
 (non-sandbox) send is followed by a signed Event Webhook batch (``processed``, then ``delivered``
-or ``bounce`` per ``bounce_email``) carrying the custom args at top level (PROVIDERS.md 4.4, 4.5):
+or ``bounce`` per ``bounce_email``) carrying the custom args at top level (docs/providers.md 4.4, 4.5):
 ECDSA P-256 over timestamp + raw body, with a key generated per fake (``public_key`` is its
 base64 DER, what SendGrid shows as the verification key).
 """
@@ -75,7 +75,7 @@ class FakeSendGrid(AiohttpFake):
         self.bounces[address] = reason
 
     def sign(self, payload: bytes, timestamp: str) -> str:
-        """The Event Webhook signature of ``payload`` sent at ``timestamp`` (PROVIDERS.md 4.5)."""
+        """The Event Webhook signature of ``payload`` sent at ``timestamp`` (docs/providers.md 4.5)."""
         der = self._signing_key.sign(timestamp.encode() + payload, ec.ECDSA(hashes.SHA256()))
         return base64.b64encode(der).decode()
 
@@ -264,7 +264,7 @@ def _validate(body: dict[str, Any]) -> tuple[str | None, str] | None:
 
 def _recipients(people: list[Any]) -> tuple[str, str] | None:
     """SendGrid refuses an address repeated across a personalization's to/cc/bcc, and more than
-    1,000 recipients in one request (docs/providers.md, "SendGrid")."""
+    1,000 recipients in one request (docs/providers.md 7.4)."""
     total = 0
     for i, person in enumerate(people):
         seen: set[str] = set()

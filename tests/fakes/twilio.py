@@ -4,7 +4,7 @@ Answers 201 with the full Message resource (``SM`` + 32 hex sid, string ``num_se
 dates) or Twilio's ``{"code", "message", "more_info", "status"}`` error JSON. After a create that
 carries ``StatusCallback``, POSTs the status callbacks Twilio would (``sent``, then ``delivered``, or
 ``undelivered``/``failed`` with ``ErrorCode`` per ``fail_number_async``), form-encoded and signed with
-``X-Twilio-Signature`` (PROVIDERS.md 3.4, 3.5) using the fake's auth token.
+``X-Twilio-Signature`` (docs/providers.md 3.4, 3.5) using the fake's auth token.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class FakeTwilio(AiohttpFake):
         self.callback_delay_s = 0.3
         self.callbacks_reversed = False
         self.callbacks: list[Callback] = []
-        # Twilio's Messages API sends no Retry-After on 429 (docs/providers.md, "Twilio"). True adds
+        # Twilio's Messages API sends no Retry-After on 429 (docs/providers.md 7.3). True adds
         # one, for pipeline tests of Retry-After handling only, never for Twilio's behaviour.
         self.retry_after_hint = False
         self._callback_tasks: set[asyncio.Task[None]] = set()
@@ -97,7 +97,7 @@ class FakeTwilio(AiohttpFake):
         self.async_errors[number] = (code, status)
 
     def sign(self, url: str, params: dict[str, str]) -> str:
-        """``X-Twilio-Signature`` for a form POST of ``params`` to ``url`` (PROVIDERS.md 3.5)."""
+        """``X-Twilio-Signature`` for a form POST of ``params`` to ``url`` (docs/providers.md 3.5)."""
         return str(RequestValidator(self.auth_token).compute_signature(url, params))
 
     async def stop(self) -> None:
