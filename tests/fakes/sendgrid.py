@@ -62,7 +62,7 @@ class FakeSendGrid(AiohttpFake):
                 serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         ).decode()
-        self._webhook_tasks: set[asyncio.Task[None]] = set()
+        self._webhook_tasks: set[asyncio.Task[Any]] = set()
         self._client: aiohttp.ClientSession | None = None
 
     def info(self) -> dict[str, Any]:
