@@ -82,6 +82,7 @@ async def test_two_server_errors_then_success_is_sent_on_the_third_call_with_jit
 async def test_retry_after_within_the_cap_is_waited_in_process(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
+    fake.retry_after_hint = True  # not Twilio's behaviour: tests Retry-After handling
     fake.force_rate_limit(1, retry_after_s=2)
     policy = RetryPolicy(in_process_attempts=3, base_s=0.01, max_wait_s=3)
 
@@ -94,6 +95,7 @@ async def test_retry_after_within_the_cap_is_waited_in_process(
 async def test_retry_after_beyond_the_cap_ends_the_in_process_attempts_at_once(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
+    fake.retry_after_hint = True  # not Twilio's behaviour: tests Retry-After handling
     fake.force_rate_limit(1, retry_after_s=30)
     policy = RetryPolicy(in_process_attempts=3, base_s=0.01, max_wait_s=1)
 
