@@ -157,7 +157,7 @@ def operations() -> list[tuple[str, str, dict[str, Any]]]:
     """(method, path, operation) for every route in the API's OpenAPI document."""
     from clarion.settings import Settings
 
-    spec = create_app(Settings(kafka_bootstrap="127.0.0.1:9")).openapi()
+    spec = create_app(Settings(env="test", kafka_bootstrap="127.0.0.1:9")).openapi()
     return [
         (method.upper(), path, op)
         for path, ops in spec["paths"].items()

@@ -223,15 +223,18 @@ class Receiver(AiohttpFake):
 def test_status_callbacks_setting_points_twilio_at_clarions_webhook() -> None:
     account = {"account_sid": "AC" + "1" * 32, "auth_token": "t", "from_number": "+14155550199"}
     on = Settings(
-        public_url="https://clarion.example/", providers={"twilio": {**account, "status_callbacks": True}}
+        env="test",
+        public_url="https://clarion.example/",
+        providers={"twilio": {**account, "status_callbacks": True}},
     )
     explicit = Settings(
+        env="test",
         public_url="https://clarion.example",
         providers={
             "twilio": {**account, "status_callbacks": True, "status_callback_url": "https://x.test/cb"}
         },
     )
-    off = Settings(public_url="https://clarion.example", providers={"twilio": account})
+    off = Settings(env="test", public_url="https://clarion.example", providers={"twilio": account})
 
     assert on.providers.twilio.status_callback_url == "https://clarion.example/v1/webhooks/twilio/status"
     assert explicit.providers.twilio.status_callback_url == "https://x.test/cb"
