@@ -229,7 +229,9 @@ class ThrottleGate:
         for (spec, _, rule, _), d in zip(checks, decisions, strict=True):
             if id(spec) not in refused_ids:
                 borrowed = rule.mode == "elastic" and isinstance(d, Allowed) and d.over_limit
-                metrics.RATELIMIT_DECISIONS.labels(spec.metric_label, "borrowed" if borrowed else "allowed").inc()
+                metrics.RATELIMIT_DECISIONS.labels(
+                    spec.metric_label, "borrowed" if borrowed else "allowed"
+                ).inc()
         if not refused:
             return None
         dropping = [r for r in refused if r[0].action == "drop"]
