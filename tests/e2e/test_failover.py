@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from email import message_from_bytes
-from typing import Any
 
 import httpx
 import pytest
@@ -30,26 +29,13 @@ from tests.api.test_send_validation import email_send
 from tests.conftest import make_tenant
 from tests.e2e.test_delivery import wait_status
 from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.mailbox import Mailbox
 from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
 from workers.app import Worker
 from workers.breaker import BreakerSettings, breaker_states
 from workers.retry import RetrySettings
 
 COOL_DOWN_S = 1.5
-
-
-class Mailbox:
-    """An aiosmtpd handler that keeps every message it receives."""
-
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(envelope)
-        return "250 Message accepted for delivery"
-
-    def to(self, address: str) -> list[Any]:
-        return [e for e in self.messages if address in e.rcpt_tos]
 
 
 @dataclass

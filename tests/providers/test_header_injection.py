@@ -20,6 +20,7 @@ from providers.smtp import SmtpProvider
 from schema.enums import Channel
 from tests.fakes import make_message
 from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.mailbox import Mailbox
 from tests.providers.test_sendgrid import settings_for
 
 INJECTIONS = [
@@ -30,15 +31,6 @@ INJECTIONS = [
     "Hello\u2028Bcc: evil@evil.example",
     "=?x-unknown?q?Ada=0D=0ABcc:_evil@evil.example?=",
 ]
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[Any] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(envelope)
-        return "250 Message accepted for delivery"
 
 
 @pytest.fixture
