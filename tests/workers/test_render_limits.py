@@ -81,7 +81,9 @@ async def test_a_slow_render_leaves_the_event_loop_free() -> None:
         await asyncio.sleep(0.001)
     with pytest.raises(RenderError):
         await render
-    assert ticks >= 10, "the loop was held while the template rendered"
+    # A render on the loop would let it tick only once it ended (0 ticks while it ran); off the
+    # loop, the loop keeps turning while the render thread spends its 300 ms of CPU.
+    assert ticks >= 2, "the loop was held while the template rendered"
 
 
 def test_normal_templates_still_render() -> None:
