@@ -179,6 +179,7 @@ async def check_content(
                 html=source[2],
                 data=req.data,
                 budget=sends[i].render_budget,
+                tenant=principal.tenant_id,
             )
         except RenderError as exc:
             decisions[i] = render_error(exc)

@@ -122,11 +122,17 @@ def _out(row: Any) -> TemplateOut:
 
 
 async def _check_renders(
-    renderer: Renderer, *, subject: str | None, body: str, html: str | None, data: dict[str, Any]
+    renderer: Renderer,
+    *,
+    subject: str | None,
+    body: str,
+    html: str | None,
+    data: dict[str, Any],
+    tenant: str | None = None,
 ) -> None:
     try:
         # render_async compiles too (off the event loop): a syntax error is reported the same way.
-        await renderer.render_async(subject=subject, body=body, html=html, data=data)
+        await renderer.render_async(subject=subject, body=body, html=html, data=data, tenant=tenant)
     except RenderError as exc:
         raise render_error(exc) from None
 
@@ -159,7 +165,12 @@ async def create_template(
     limit_reached`` when the tenant already holds ``max_templates`` versions."""
     subject = template.title if template.channel is Channel.push else template.subject
     await _check_renders(
-        renderer, subject=subject, body=template.body, html=template.html, data=template.sample_data
+        renderer,
+        subject=subject,
+        body=template.body,
+        html=template.html,
+        data=template.sample_data,
+        tenant=tenant_id,
     )
     locale = template.locale or default_locale
     channel = template.channel.value
@@ -222,7 +233,12 @@ async def activate_template(
                 f"No {channel} template '{name}' version {target.version} in locale '{target.locale}'.",
             )
         await _check_renders(
-            renderer, subject=row.subject, body=row.body, html=row.html, data=row.sample_data or {}
+            renderer,
+            subject=row.subject,
+            body=row.body,
+            html=row.html,
+            data=row.sample_data or {},
+            tenant=tenant_id,
         )
         await conn.execute(
             _templates.update().where(*same).values(active=_templates.c.version == target.version)
@@ -267,7 +283,7 @@ async def preview_template(
         raise ApiError(404, "unknown_template", f"No {req.channel.value} template '{name}'.")
     try:
         content = await renderer.render_async(
-            subject=template.subject, body=template.body, html=template.html, data=req.data
+            subject=template.subject, body=template.body, html=template.html, data=req.data, tenant=tenant_id
         )
     except RenderError as exc:
         raise render_error(exc) from None

@@ -92,3 +92,20 @@ def test_normal_templates_still_render() -> None:
     assert renderer.render(subject=None, body=body, html=None, data={}).body == (
         '1,2,3 18446744073709551616 18 {"k": [1, 2, 3]}'
     )
+
+
+async def test_one_tenants_slow_renders_take_turns_and_never_queue_another_tenants() -> None:
+    renderer = Renderer(max_render_ms=300)
+    slow = HOSTILE["nested_range_loop"]
+    hostile = [
+        asyncio.ensure_future(renderer.render_async(subject=None, body=slow, html=None, data={}, tenant="b"))
+        for _ in range(6)
+    ]
+    await asyncio.sleep(0)  # let them queue first
+    fine = await renderer.render_async(subject=None, body="hi {{ n }}", html=None, data={"n": 1}, tenant="a")
+    assert fine.body == "hi 1"
+    assert sum(not h.done() for h in hostile) >= 4, "tenant a waited behind tenant b's renders"
+    for h in hostile:
+        with pytest.raises(RenderError):
+            await h
+    assert renderer._turns == {}  # no tenant entry outlives its renders
