@@ -29,6 +29,7 @@ class RenderError(Exception):
         self.variable = variable
         self.part = part
         self.timed_out = False  # the render ran out of its CPU-time budget (not a size limit)
+        self.cpu_s = 0.0  # thread CPU the render spent before it was refused
 
     def __repr__(self) -> str:
         return f"RenderError(code={self.code!r}, message={self.message!r}, variable={self.variable!r})"
