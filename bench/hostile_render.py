@@ -6,7 +6,7 @@ Starts its own Tansu broker, a fresh database and `clarion api` as a separate pr
 ``--seconds``, a prober asks ``GET /healthz`` every 10 ms, first alone (baseline), then while
 ``--clients`` clients each send template bombs as inline content in a loop (all refused with a
 422). Prints the prober's p50/p99/max for both phases and how the bombs were answered. Target:
-/healthz p99 under 50 ms under attack (renders run on two render threads, never on the loop).
+/healthz p99 under 50 ms under attack (renders run on the render threads, never on the loop).
 """
 
 from __future__ import annotations
