@@ -266,7 +266,12 @@ class Pipeline:
             c = row["content"]
             subject = c.get("subject") if self.channel is Channel.email else c.get("title")
             return await self.renderer.render_async(
-                subject=subject, body=c["body"], html=c.get("html"), data=row["data"], tenant=row["tenant_id"]
+                subject=subject,
+                body=c["body"],
+                html=c.get("html"),
+                data=row["data"],
+                tenant=row["tenant_id"],
+                cpu_share=False,
             )
         key = (row["tenant_id"], row["template"], row["channel"], row["locale"], row["template_version"])
         source = self._templates.get(key)
@@ -284,7 +289,12 @@ class Pipeline:
             source = (template.subject, template.body, template.html)
             self._templates[key] = source  # a (name, locale, version) never changes: cache forever
         return await self.renderer.render_async(
-            subject=source[0], body=source[1], html=source[2], data=row["data"], tenant=row["tenant_id"]
+            subject=source[0],
+            body=source[1],
+            html=source[2],
+            data=row["data"],
+            tenant=row["tenant_id"],
+            cpu_share=False,
         )
 
     async def _send_all(

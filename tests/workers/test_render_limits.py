@@ -113,13 +113,15 @@ async def test_one_tenants_slow_renders_take_turns_and_never_queue_another_tenan
 
 async def test_a_tenant_past_its_share_of_render_time_is_refused_and_others_are_not() -> None:
     renderer = Renderer(max_render_ms=300)
-    messages = []
-    for _ in range(6):  # up to 0.6 s of CPU each (a timed-out render is tried twice)
+    messages: list[str] = []
+    for _ in range(20):  # up to 0.6 s of CPU each (a timed-out render is tried twice)
         with pytest.raises(RenderError) as caught:
             await renderer.render_async(
                 subject=None, body=HOSTILE["nested_range_loop"], html=None, data={}, tenant="b"
             )
         messages.append(caught.value.message)
-    assert any("share of render time" in m for m in messages), messages
+        if "share of render time" in messages[-1]:
+            break
+    assert "share of render time" in messages[-1], messages
     fine = await renderer.render_async(subject=None, body="hi", html=None, data={}, tenant="a")
     assert fine.body == "hi"
