@@ -29,7 +29,7 @@ What is bounded (``code="render_limit"``), per ``render`` call:
   nesting of the source (brackets, blocks, unary chains) before Jinja's recursive parser sees it:
   ``workers/render_limits.py`` says how each is checked;
 - a render never holds an event loop: ``render_async`` runs it on the render threads, one at a
-  time per tenant and within a quarter of a core per tenant; a ``RequestBudget`` shares one CPU
+  time per tenant and, at accept time, within half a core per tenant; a ``RequestBudget`` shares one CPU
   budget between every render of a request (a batch).
 
 Not bounded here: the size of ``data`` itself (the API bounds request sizes).
