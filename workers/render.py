@@ -29,7 +29,7 @@ What is bounded (``code="render_limit"``), per ``render`` call:
   nesting of the source (brackets, blocks, unary chains) before Jinja's recursive parser sees it:
   ``workers/render_limits.py`` says how each is checked;
 - a render never holds an event loop: ``render_async`` runs it on the render threads, one at a
-  time per tenant and, at accept time, within half a core per tenant; a ``RequestBudget`` shares one CPU
+  time per tenant and, at accept time, within a quarter of a core per tenant; a ``RequestBudget`` shares one CPU
   budget between every render of a request (a batch).
 
 Not bounded here: the size of ``data`` itself (the API bounds request sizes).
@@ -256,11 +256,12 @@ class _Turn:
 
 
 # At accept time a tenant's renders may spend RENDER_CPU_SHARE of one core, with bursts up to
-# RENDER_CPU_BURST_S of CPU: ordinary templates take ~0.1 ms (a tenant sending 2,000/s spends
-# ~0.2 s/s), so only a tenant streaming templates that run into the limits meets it. Without it, one tenant's bombs (each up to 2 x max_render_ms of
+# RENDER_CPU_BURST_S of CPU: ordinary templates take ~0.1 ms (a tenant sending 2,000/s, about one
+# API process's most, spends ~0.2 s/s), so only a tenant streaming templates that run into the
+# limits meets it. Without it, one tenant's bombs (each up to 2 x max_render_ms of
 # CPU) took another tenant's accept p99 from 322 ms to 1.1 s on this 2-core machine.
-RENDER_CPU_SHARE = 0.5
-RENDER_CPU_BURST_S = 2.0
+RENDER_CPU_SHARE = 0.25  # measured: 0.5 let B's bombs take A's p99 to 4.8x alone, 0.25 to 2.3x
+RENDER_CPU_BURST_S = 1.0
 
 
 class _CpuDebt:
