@@ -113,6 +113,20 @@ def test_sms_segments_follow_the_gsm7_and_ucs2_rules(body: str, segments: int) -
     assert sms_segments(body) == segments
 
 
+@pytest.mark.parametrize(
+    ("body", "segments"),
+    [
+        ("Code: \ud800", 1),  # the poisoned SMS: a lone surrogate is one UTF-16 unit
+        ("\udfff" * 70, 1),
+        ("\udc80" * 71, 2),
+        ("a\ud83d" + "😀" * 34, 1),  # 1 + 1 + 68 units
+        ("a\ud83d" + "😀" * 35, 2),
+    ],
+)
+def test_sms_segments_counts_text_no_codec_can_encode_instead_of_raising(body: str, segments: int) -> None:
+    assert sms_segments(body) == segments
+
+
 async def test_recipient_cap_with_drop_throttles_the_third_naming_the_rule() -> None:
     gate = gate_for(rule_row(name="2-push-per-minute", channel="push"))
     first, second, third = await admit_n(gate, 3)
