@@ -54,6 +54,10 @@ INTERNAL_ERRORS = Counter(
     "Notifications ended by an unexpected exception in the worker (they fail alone), by exception class.",
     ["channel", "exception"],
 )
+RATE_LIMIT_RULES_SKIPPED = Gauge(
+    "clarion_rate_limit_rules_skipped",
+    "Stored rate-limit rules left out at the last load because no limiter can enforce their parameters.",
+)
 POISON = Counter("clarion_poison_messages_total", "Undecodable Kafka records sent to the DLQ.", ["channel"])
 REDRIVEN = Counter(
     "clarion_dlq_redriven_total", "Dead notifications re-queued by a DLQ redrive.", ["channel"]

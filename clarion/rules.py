@@ -37,6 +37,7 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion import metrics
 from workers.ratelimit import ElasticPool, InvalidRule, Rule, check_rule_parameters
 
 log = logging.getLogger(__name__)
@@ -212,18 +213,22 @@ class RulesCache:
             for r in await self._fetch(RULES_SQL)
         ]
         rules = [spec for spec in loaded if _enforceable(spec)]
+        metrics.RATE_LIMIT_RULES_SKIPPED.set(len(loaded) - len(rules))
         windows = {r["id"]: int(r["content_dedupe_window_s"]) for r in await self._fetch(WINDOWS_SQL)}
         return Snapshot.build(rules, windows)
 
 
 def _enforceable(spec: RuleSpec) -> bool:
     """A stored rule no limiter can enforce (written before the API checked, or by hand) is left
-    out and logged, so it cannot break the sends of every process that loads it."""
+    out, logged and counted (``clarion_rate_limit_rules_skipped``), so it cannot break the sends
+    of every process that loads it. Checked as the limiter will get it (a recipient cap becomes
+    one per period with a burst), so ``to_rule`` never raises for a loaded rule."""
     try:
         check_rule_parameters(
             rule_id=str(spec.id), limit=spec.limit, period_s=spec.period_s, burst=spec.burst,
             overshoot_pct=spec.overshoot_pct,
         )  # fmt: skip
+        spec.to_rule()
     except InvalidRule as exc:
         log.warning("rate-limit rule skipped: %s", exc)
         return False

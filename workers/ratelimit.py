@@ -61,6 +61,14 @@ class ElasticPool:
 MIN_PERIOD_S = 0.001
 MIN_INTERVAL_US = 1.0  # one event per microsecond: the finest rate both backends represent
 MAX_COUNT = 2**53  # limit and burst stay exact in a double (the Lua script) and in int64
+# The API allows a month; adaptive pacing stretches a period up to 16x: ten years covers both.
+MAX_PERIOD_S = 10 * 366 * 24 * 3600.0
+MAX_OVERSHOOT_PCT = 1000.0  # as the API allows
+# A full bucket refills within 2**50 s (the API's worst, a month x 10^7 burst, paced 16x slower, is
+# 4.3e14 s): every millisecond figure (reset_after_ms, retry_after_ms, the key's PX; integers in
+# the Lua script) stays 8x inside int64. A period of 1e300 s made Redis answer "value is not an
+# integer or out of range".
+MAX_REFILL_S = 2.0**50
 
 
 class InvalidRule(ValueError):
@@ -71,16 +79,23 @@ def check_rule_parameters(
     *, rule_id: str, limit: int, period_s: float, burst: int = 0, overshoot_pct: float = 0.0
 ) -> None:
     """Raise ``InvalidRule`` unless: ``1 <= limit`` and ``0 <= burst`` within 2**53, ``period_s``
-    finite and at least 1 ms, at most one event per microsecond, ``overshoot_pct`` finite >= 0."""
+    finite, from 1 ms to ten years, at most one event per microsecond, a full bucket refilled within
+    ``MAX_REFILL_S``, ``overshoot_pct`` in 0..1000. Then no figure a limiter computes divides by
+    ~0 or leaves int64."""
     problems = []
-    if not (1 <= limit <= MAX_COUNT) or not (0 <= burst <= MAX_COUNT):
+    counts_ok = 1 <= limit <= MAX_COUNT and 0 <= burst <= MAX_COUNT
+    if not counts_ok:
         problems.append(f"limit in 1..{MAX_COUNT} and burst in 0..{MAX_COUNT}")
-    if not (math.isfinite(period_s) and period_s >= MIN_PERIOD_S):
-        problems.append(f"a finite period_s of at least {MIN_PERIOD_S} s")
-    elif limit >= 1 and period_s * 1e6 / limit < MIN_INTERVAL_US:
+    if not (math.isfinite(period_s) and MIN_PERIOD_S <= period_s <= MAX_PERIOD_S):
+        problems.append(f"a finite period_s from {MIN_PERIOD_S} to {MAX_PERIOD_S:.0f} s")
+    elif counts_ok and period_s * 1e6 / limit < MIN_INTERVAL_US:
         problems.append("at most one event per microsecond (period_s / limit >= 1e-6)")
-    if not (math.isfinite(overshoot_pct) and overshoot_pct >= 0):
-        problems.append("a finite overshoot_pct >= 0")
+    elif counts_ok and period_s * (limit + burst) / limit > MAX_REFILL_S:
+        problems.append(
+            f"a full bucket refilled within {MAX_REFILL_S:.0f} s (period_s * (limit + burst) / limit)"
+        )
+    if not (math.isfinite(overshoot_pct) and 0 <= overshoot_pct <= MAX_OVERSHOOT_PCT):
+        problems.append(f"overshoot_pct from 0 to {MAX_OVERSHOOT_PCT:.0f}")
     if problems:
         raise InvalidRule(f"rule {rule_id!r} needs " + "; ".join(problems))
 

@@ -49,6 +49,7 @@ from workers.ratelimit import (
     Allowed,
     Decision,
     ElasticPool,
+    InvalidRule,
     MemoryRateLimiter,
     RateLimiter,
     RetryAfter,
@@ -77,6 +78,15 @@ def sms_segments(body: str) -> int:
         # (one such body made a whole batch's outcomes be dropped after their provider calls).
         units, single, multi = len(body.encode("utf-16-le", "surrogatepass")) // 2, 70, 67
     return 1 if units <= single else math.ceil(units / multi)
+
+
+def _paced(spec: RuleSpec, factor: float) -> Rule:
+    """``spec``'s limiter rule slowed by ``factor``; at its nominal pace when slowing it would leave
+    what a limiter can enforce (the rules loader keeps only rules enforceable at that pace)."""
+    try:
+        return spec.to_rule(rate_factor=factor)
+    except InvalidRule:
+        return spec.to_rule()
 
 
 def provider_names(settings: ProvidersSettings, channel: Channel) -> Callable[[str | None], str | None]:
@@ -197,7 +207,7 @@ class ThrottleGate:
             if name is not None:
                 costs[name] += sms_segments(content.body) if channel == Channel.sms.value else 1
         pacing = [
-            (spec, f"provider:{spec.id}:{name}", spec.to_rule(rate_factor=self.pacing.factor(name)), cost)
+            (spec, f"provider:{spec.id}:{name}", _paced(spec, self.pacing.factor(name)), cost)
             for name, cost in costs.items()
             for spec in snapshot.provider_rules(tenant, channel, name)
         ]
