@@ -78,8 +78,23 @@ ATTEMPT_COLUMNS = [
 ]
 
 
+def storable(text: str | None, limit: int = 2000) -> str | None:
+    """``text`` as PostgreSQL can store it: at most ``limit`` characters (the column's length),
+    NULs dropped, lone surrogates replaced. Provider answers and exception texts can quote a
+    tenant's data, and one value PostgreSQL refused failed the whole batch's recording, forever."""
+    if not text:
+        return None
+    text = text[:limit]
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if not text.isascii():
+        text = text.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate becomes '?'
+    return text or None
+
+
 async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> None:
-    """Write every outcome and its attempts in one transaction (or none of them)."""
+    """Write every outcome and its attempts in one transaction (or none of them). Every text is
+    made storable first, so no value can make the recording fail for good."""
     if not outcomes:
         return
     columns: list[list[object]] = [[] for _ in range(10)]
@@ -88,13 +103,13 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
             o.notification_id,
             o.status,
             o.calls,
-            o.provider,
-            o.provider_message_id,
-            o.error_code,
-            (o.error_message or "")[:2000] or None,
+            storable(o.provider, 32),
+            storable(o.provider_message_id, 10_000),
+            storable(o.error_code, 64),
+            storable(o.error_message),
             o.not_before,
-            o.detail,
-            o.content_hash,
+            storable(o.detail),
+            storable(o.content_hash, 64),
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
@@ -102,15 +117,15 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         (
             a.notification_id,
             a.attempt,
-            a.provider,
-            a.recipient,
+            storable(a.provider, 32) or "none",
+            storable(a.recipient),
             a.started_at,
             a.finished_at,
             a.outcome,
-            a.error_code,
-            (a.error_message or "")[:2000] or None,
+            storable(a.error_code, 64),
+            storable(a.error_message),
             a.http_status,
-            a.provider_message_id,
+            storable(a.provider_message_id),
         )
         for o in outcomes
         for a in o.attempts

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
+from clarion.pg import create_pool
 from schema.enums import Channel
 from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.e2e.test_delivery import sandbox_for, wait_status
-from workers.outcome import Outcome
+from workers.outcome import Attempt, Outcome, record_outcomes
 from workers.recipients import Address
 from workers.render import RenderedContent
 
@@ -106,3 +109,38 @@ async def test_a_recorded_outcome_resets_the_claim_count(
             await conn.execute(sa.text("SELECT claims FROM notifications WHERE id = :id"), {"id": nid})
         ).scalar()
     assert claims == 0
+
+
+async def test_texts_postgresql_refuses_are_recorded_cleaned_instead_of_failing_the_batch_forever(
+    stack: Stack, engine: Any, client: httpx.AsyncClient
+) -> None:
+    """A provider's answer or an exception's text may quote a tenant's data: a NUL, a lone
+    surrogate or an over-long code made the batch's recording fail on every retry."""
+    send = sms(f"unstorable-{secrets.token_hex(3)}", 9)
+    send["send_at"] = "2099-01-01T00:00:00Z"  # no worker takes it; the test records its outcome
+    accepted = await client.post("/v1/notifications", json=send)
+    assert accepted.status_code == 202, accepted.text
+    nid = uuid.UUID(accepted.json()["id"])
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "UPDATE notifications SET status = 'sending', lease_until = now() + interval '1 hour' WHERE id = :id"
+            ),
+            {"id": nid},
+        )
+    now = datetime.now(UTC)
+    attempt = Attempt(
+        nid, 1, "p" * 40, "+1415\x00\ud800", now, now, "permanent", "E" * 100, "to\x00ken \udfff"
+    )
+    outcome = Outcome(
+        nid, "failed", 1, "p" * 40, None, "E" * 100, "bad\x00 \ud800 text", detail="d\x00", attempts=[attempt]
+    )
+    pool = await create_pool(stack.workers[Channel.sms].settings.database_url, size=1)
+    try:
+        await asyncio.wait_for(record_outcomes(pool=pool, outcomes=[outcome]), 10)
+    finally:
+        await pool.close()
+    body = await wait_status(client, str(nid), "failed")
+    assert body["error"] == {"code": "E" * 64, "message": "bad ? text"}
+    [row] = body["delivery_attempts"]
+    assert (row["provider"], row["error_code"], row["error_message"]) == ("p" * 32, "E" * 64, "token ?")
