@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import redis.exceptions
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -42,6 +43,16 @@ from workers.steps import Gate, Row, Screen
 from workers.templates import resolve_template_pg
 
 log = logging.getLogger(__name__)
+
+# Faults of the infrastructure, not of the notification: it is retried, not failed.
+PASSING_FAULTS: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionError, TimeoutError
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.TooManyConnectionsError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +198,8 @@ class Pipeline:
     async def _deliver_isolated(self, row: Row, addresses: list[Address]) -> Outcome:
         """``_deliver_one``, where any exception ends this notification alone: ``failed`` with
         ``internal_error``, or ``sent`` when a provider had already accepted it (a provider call
-        that happened is always recorded, with its attempt row)."""
+        that happened is always recorded, with its attempt row). An infrastructure fault
+        (``PASSING_FAULTS``) makes it ``retrying`` instead, within its attempt budget."""
         attempts: list[Attempt] = []
         try:
             return await self._deliver_one(row, addresses, attempts)
@@ -215,7 +227,9 @@ class Pipeline:
                 attempts=attempts,
             )
         now = datetime.now(UTC)
-        return Outcome(
+        passing = isinstance(exc, PASSING_FAULTS)
+        total = row["attempts"] + len(attempts) + 1
+        outcome = Outcome(
             notification_id=row["id"],
             status=Status.failed.value,
             calls=len(attempts),
@@ -223,10 +237,21 @@ class Pipeline:
             error_message=f"{kind} while delivering this notification",
             attempts=[
                 *attempts,
-                Attempt(row["id"], row["attempts"] + len(attempts) + 1, "none", None, now, now,
-                        "permanent", "internal_error", kind),
+                Attempt(row["id"], total, "none", None, now, now,
+                        "transient" if passing else "permanent", "internal_error", kind),
             ],
         )  # fmt: skip
+        if not passing:
+            return outcome
+        # The database or Redis away for a moment: tried again later, the fault counted as an
+        # attempt, so a fault that never passes ends dead after max_attempts, never loops.
+        outcome.calls += 1
+        if self.policy.exhausted(total):
+            outcome.status, outcome.detail = Status.dead.value, f"gave up after {total} attempts"
+            return outcome
+        outcome.status = Status.retrying.value
+        outcome.not_before = now + timedelta(seconds=self.policy.next_delay_s(total))
+        return self._unless_expired(row, outcome)
 
     async def _deliver_one(
         self, row: dict[str, Any], addresses: list[Address], attempts: list[Attempt]

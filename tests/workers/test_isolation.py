@@ -198,3 +198,30 @@ async def test_a_row_claimed_more_than_max_claims_times_goes_dead_without_a_send
     assert (outcomes["n-tired"].status, outcomes["n-tired"].error_code) == ("dead", "max_claims")
     assert outcomes["n-fresh"].status == "sent"
     assert [m.to for m in provider.sent] == ["+14155550002"]
+
+
+class FlakyGate:
+    """The database away for a moment: raises a connection error for every row."""
+
+    name = "flaky"
+
+    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
+        raise ConnectionResetError("connection reset by peer")
+
+
+@pytest.mark.parametrize(
+    ("attempts_before", "status"), [(0, "retrying"), (RetryPolicy().max_attempts - 1, "dead")]
+)
+async def test_an_infrastructure_fault_is_retried_within_the_attempt_budget_not_failed(
+    monkeypatch: pytest.MonkeyPatch, attempts_before: int, status: str
+) -> None:
+    target = row("n-1")
+    target["attempts"] = attempts_before
+    pipeline, provider, messages = build(
+        monkeypatch, [target], {target["id"]: [Address("+14155550001")]}, gates=[FlakyGate()]
+    )
+    [outcome] = await pipeline.process(messages)
+    assert (outcome.status, outcome.error_code, outcome.calls) == (status, "internal_error", 1)
+    assert (outcome.not_before is not None) == (status == "retrying")
+    assert [(a.outcome, a.error_message) for a in outcome.attempts] == [("transient", "ConnectionResetError")]
+    assert provider.sent == []
