@@ -144,3 +144,41 @@ async def test_texts_postgresql_refuses_are_recorded_cleaned_instead_of_failing_
     assert body["error"] == {"code": "E" * 64, "message": "bad ? text"}
     [row] = body["delivery_attempts"]
     assert (row["provider"], row["error_code"], row["error_message"]) == ("p" * 32, "E" * 64, "token ?")
+
+
+async def test_a_row_poisoned_in_the_log_fails_alone_and_another_tenants_batch_is_sent_once(
+    stack: Stack, api: Any, engine: Any, client: httpx.AsyncClient
+) -> None:
+    """No fault injected into the worker: the poison is in the log itself (content without a body,
+    as a hand edit or an older writer could leave it). All 21 fall due at once, so the relay
+    publishes them together and the worker meets them in the same batches."""
+    other: TenantInfo = await make_tenant(engine)
+    run = secrets.token_hex(3)
+    async with httpx.AsyncClient(
+        base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}, timeout=15
+    ) as neighbour:
+        later = {"send_at": "2099-01-01T00:00:00Z"}
+        sends = [neighbour.post("/v1/notifications", json=sms(f"n-{run}-{i}", i) | later) for i in range(20)]
+        sends.append(client.post("/v1/notifications", json=sms(f"poison-{run}", 98) | later))
+        answers = await asyncio.gather(*sends)
+        assert all(a.status_code == 202 for a in answers), [a.text for a in answers]
+        ids = [a.json()["id"] for a in answers]
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("""UPDATE notifications SET content = '{"title": "no body"}' WHERE id = :id"""),
+                {"id": ids[-1]},
+            )
+            await conn.execute(
+                sa.text("UPDATE notifications SET not_before = now() WHERE id = ANY(:ids)"),
+                {"ids": [uuid.UUID(i) for i in ids]},
+            )
+        poison = await wait_status(client, ids[-1], "failed", timeout_s=30)
+        for nid in ids[:-1]:
+            await wait_status(neighbour, nid, "sent", timeout_s=30)
+        for nid in ids[:-1]:
+            assert len(await sandbox_for(neighbour, nid)) == 1
+    assert poison["error"] == {
+        "code": "internal_error",
+        "message": "KeyError while delivering this notification",
+    }
+    assert await sandbox_for(client, ids[-1]) == []
