@@ -17,8 +17,11 @@ import sqlalchemy as sa
 
 from clarion.pg import create_pool
 from schema.enums import Channel
+from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo, make_tenant
-from tests.e2e.test_delivery import sandbox_for, wait_status
+from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.services import wait_until
+from workers.dedupe import claim_batch
 from workers.outcome import Attempt, Outcome, record_outcomes
 from workers.recipients import Address
 from workers.render import RenderedContent
@@ -182,3 +185,45 @@ async def test_a_row_poisoned_in_the_log_fails_alone_and_another_tenants_batch_i
         "message": "KeyError while delivering this notification",
     }
     assert await sandbox_for(client, ids[-1]) == []
+
+
+async def test_a_notification_whose_worker_dies_on_every_claim_goes_dead_after_max_claims(
+    stack: Stack, engine: Any, client: httpx.AsyncClient
+) -> None:
+    """Each claim counts in the log (the claim's own UPDATE); a worker dying between claim and
+    record leaves the count. The claim after ``max_claims`` of them ends it dead, in the DLQ."""
+    worker = stack.workers[Channel.sms]
+    assert worker.pipeline is not None
+    send = sms(f"crashing-{secrets.token_hex(3)}", 6)
+    send["send_at"] = "2099-01-01T00:00:00Z"
+    accepted = await client.post("/v1/notifications", json=send)
+    assert accepted.status_code == 202, accepted.text
+    nid = uuid.UUID(accepted.json()["id"])
+    async with engine.begin() as conn:  # due now; published_at ahead keeps the relay off it
+        tenant_id, user_id = (
+            await conn.execute(
+                sa.text(
+                    "UPDATE notifications SET not_before = now(), published_at = '2099-01-01' WHERE id = :id"
+                    " RETURNING tenant_id, user_id"
+                ),
+                {"id": nid},
+            )
+        ).one()
+
+    async def claimed() -> bool | None:
+        return bool(await claim_batch(pool=worker.pipeline.pool, ids=[nid], lease_s=0.05)) or None
+
+    for _ in range(worker.settings.max_claims):  # claimed, then the "worker" dies: no outcome
+        await wait_until(claimed, 5)
+    message = NotificationMessage(id=nid, tenant_id=tenant_id, channel=Channel.sms, user_id=user_id)
+
+    async def delivered() -> bool | None:
+        await worker._deliver([message])  # the worker's own path: process, record, forward
+        return (await status_of(client, str(nid)))["status"] == "dead" or None
+
+    await wait_until(delivered, 5)
+    dead = await wait_status(client, str(nid), "dead")
+    assert dead["error"]["code"] == "max_claims"
+    assert await sandbox_for(client, str(nid)) == []
+    listed = (await client.get("/v1/ops/dlq/sms")).json()
+    assert str(nid) in [item["id"] for item in listed["items"]]
