@@ -279,6 +279,7 @@ class Worker:
         gc.freeze()
 
     async def stop(self) -> None:
+        self.breakers.close()
         await asyncio.gather(self.broker.stop(), self.retry_broker.stop())
         await self.publisher.close()
         if self.pipeline is not None:

@@ -156,6 +156,12 @@ class Breakers:
         """State per provider this worker has called."""
         return {name: b.state for name, b in self._by_provider.items()}
 
+    def close(self) -> None:
+        """Leave ``breaker_states()``: a stopped worker's breakers no longer speak for the process
+        (its objects may outlive it: ``Worker.start`` freezes the GC, so a weak reference alone
+        kept a stopped worker's half-open breaker in the merged view)."""
+        _BOARDS.discard(self)
+
 
 _BOARDS: weakref.WeakSet[Breakers] = weakref.WeakSet()
 
