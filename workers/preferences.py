@@ -20,8 +20,8 @@ import asyncpg
 
 from clarion.tokens import make_token
 from schema.enums import Status
+from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
-from workers.steps import Row
 
 ANY = "*"
 
@@ -103,54 +103,53 @@ class PreferencesScreen:
         self.token_ttl_s = token_ttl_s
         self._required: dict[tuple[str, str], bool] = {}
 
-    async def screen(self, rows: list[Row]) -> dict[UUID, Outcome]:
+    async def screen(self, rows: list[ClaimedNotification]) -> dict[UUID, Outcome]:
         """Outcomes ``suppressed`` for opted-out notifications; every other id goes on."""
-        rules = await load_rules(pool=self.pool, pairs={(r["tenant_id"], r["category"]) for r in rows})
+        rules = await load_rules(pool=self.pool, pairs={(r.tenant_id, r.category) for r in rows})
         if len(self._required) > self._MAX_REMEMBERED:
             self._required.clear()
         for r in rows:
-            rule = rules.get((r["tenant_id"], r["category"]))
-            self._required[(r["tenant_id"], r["category"])] = bool(rule and rule.required)
+            rule = rules.get((r.tenant_id, r.category))
+            self._required[(r.tenant_id, r.category)] = bool(rule and rule.required)
         prefs: dict[UUID, dict[tuple[str, str], bool]] = {}
         for p in await self.pool.fetch(
             "SELECT user_id, channel, category, opted_in FROM preferences"
             " WHERE user_id = ANY($1::uuid[]) AND category = ANY($2::text[])",
-            list({r["user_id"] for r in rows}),
-            [*{r["category"] for r in rows}, ANY],
+            list({r.user_id for r in rows}),
+            [*{r.category for r in rows}, ANY],
         ):
             prefs.setdefault(p["user_id"], {})[(p["channel"], p["category"])] = p["opted_in"]
         stopped: dict[UUID, Outcome] = {}
         for r in rows:
             decision = decide(
-                prefs=prefs.get(r["user_id"], {}),
-                channel=r["channel"],
-                category=r["category"],
-                rule=rules.get((r["tenant_id"], r["category"])),
+                prefs=prefs.get(r.user_id, {}),
+                channel=r.channel,
+                category=r.category,
+                rule=rules.get((r.tenant_id, r.category)),
             )
             if not decision.opted_in:
-                stopped[r["id"]] = Outcome(
-                    r["id"],
-                    Status.suppressed.value,
+                stopped[r.id] = Outcome(
+                    notification_id=r.id,
+                    status=Status.suppressed,
                     error_code="opted_out",
                     error_message=(
-                        f"the user opted out of {r['channel']} in category '{r['category']}'"
-                        f" ({decision.source})"
+                        f"the user opted out of {r.channel} in category '{r.category}' ({decision.source})"
                     ),
                     detail=f"opted_out: {decision.source}",
                 )
         return stopped
 
-    def unsubscribe_url(self, row: Row) -> str | None:
+    def unsubscribe_url(self, row: ClaimedNotification) -> str | None:
         """``{base_url}/v1/unsubscribe?token=...`` for the row's user and category, or None when the
         category is required."""
-        if self._required.get((row["tenant_id"], row["category"]), False):
+        if self._required.get((row.tenant_id, row.category), False):
             return None
         token = make_token(
             secret=self.secret,
-            tenant_id=row["tenant_id"],
-            user_id=row["user_id"],
+            tenant_id=row.tenant_id,
+            user_id=row.user_id,
             purpose="unsubscribe",
-            category=row["category"],
+            category=row.category,
             ttl_s=self.token_ttl_s,
         )
         return f"{self.base_url}/v1/unsubscribe?token={token}"

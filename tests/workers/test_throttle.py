@@ -17,6 +17,8 @@ from redis.asyncio import Redis
 
 from clarion.rules import RulesCache, RuleSpec
 from providers.errors import PermanentProviderError, TransientProviderError
+from tests.fixtures.claimed import claimed
+from workers.claim import ClaimedNotification
 from workers.ratelimit import (
     MAX_PERIOD_S,
     MAX_REFILL_S,
@@ -78,17 +80,9 @@ def gate_for(
     )
 
 
-def notification(**overrides: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "id": uuid.uuid4(),
-        "tenant_id": "t1",
-        "user_id": uuid.UUID(int=1),
-        "channel": "push",
-        "category": "news",
-        "priority": "normal",
-    }
-    row.update(overrides)
-    return row
+def notification(**overrides: Any) -> ClaimedNotification:
+    defaults: dict[str, Any] = {"user_id": uuid.UUID(int=1), "channel": "push", "category": "news"}
+    return claimed(**{**defaults, **overrides})
 
 
 PHONE = [Address("+14155550100")]
