@@ -65,14 +65,14 @@ from uuid import UUID
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
+from clarion.sandbox_store import PgSandboxStore
 from clarion.settings import Settings
+from core.render import Renderer
 from providers.registry import ProviderSet, build_providers
-from schema.db import create_engine
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage, topic
 from workers.breaker import Breakers
@@ -81,7 +81,6 @@ from workers.lanes import LanePriority
 from workers.outcome import Outcome
 from workers.pipeline import Pipeline, decode
 from workers.record import until_done
-from workers.render import Renderer
 from workers.retry import RetryPolicy
 from workers.send import Sender
 from workers.wiring import build_steps
@@ -105,14 +104,13 @@ class Worker:
             raise ValueError("CLARION_KAFKA_BOOTSTRAP must be set for a worker (clarion dev sets it for you)")
         self.settings = settings
         self.channel = channel
-        self.policy = policy or settings.retry.policy(channel)
+        self.policy = policy or RetryPolicy.of(settings.retry, channel)
         self.breakers = Breakers(settings.retry.breaker)
         self._own_providers = providers is None
         self._providers = providers
         self.broker = KafkaBroker(settings.kafka_bootstrap, logger=None)
         self.publisher = Publisher(settings.kafka_bootstrap)
         self.pipeline: Pipeline | None = None
-        self._engine: AsyncEngine | None = None
         self.lanes = LanePriority(
             chunk=settings.worker_bulk_chunk, max_wait_s=settings.worker_bulk_yield_max_s
         )
@@ -241,10 +239,11 @@ class Worker:
 
     async def start(self) -> None:
         settings = self.settings
-        self._engine = create_engine(settings.database_url, pool_size=4)
         pool = await create_pool(settings.database_url, size=settings.db_pool_size)
         if self._providers is None:
-            self._providers = build_providers(settings.providers, engine=self._engine)
+            self._providers = build_providers(
+                settings.providers, sandbox_store=PgSandboxStore(settings.database_url)
+            )
         steps = build_steps(settings=settings, channel=self.channel, pool=pool)
         sender = Sender(
             channel=self.channel,
@@ -283,8 +282,6 @@ class Worker:
         if self._own_providers and self._providers is not None:
             await self._providers.aclose()
             self._providers = None
-        if self._engine is not None:
-            await self._engine.dispose()
 
 
 WAITING = """

@@ -2,7 +2,7 @@
 
 A stored template is looked up once per (tenant, name, channel, locale, version) and kept: a
 published version never changes. The render itself runs on the renderer's threads with the limits
-of ``workers.render``; the worker renders what the API accepted, so it never refuses a tenant for
+of ``core.render``; the worker renders what the API accepted, so it never refuses a tenant for
 its render CPU share (``cpu_share=False``).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncpg
 
+from core.render import RenderedContent, Renderer, RenderError
+from core.templates import resolve_template_pg
 from workers.claim import ClaimedNotification
-from workers.render import RenderedContent, Renderer, RenderError
-from workers.templates import resolve_template_pg
 
 Source = tuple[str | None, str, str | None]  # subject (or push title), body, html
 

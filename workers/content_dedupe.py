@@ -31,11 +31,11 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from clarion.rules import RulesCache
+from core.render import RenderedContent, Renderer
 from schema.enums import Status
 from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent, Renderer
 
 log = logging.getLogger(__name__)
 

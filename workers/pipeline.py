@@ -24,6 +24,7 @@ import redis.exceptions
 from pydantic import ValidationError
 
 from clarion import metrics
+from core.render import RenderError
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from workers.claim import ClaimedNotification, Unreadable, claim
@@ -33,7 +34,6 @@ from workers.expiry import ExpiryScreen
 from workers.outcome import Attempt, Outcome
 from workers.recipients import Address, addresses_for
 from workers.record import record
-from workers.render import RenderError
 from workers.retry import RetryPolicy
 from workers.send import Sender
 from workers.steps import Gate, Screen

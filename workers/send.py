@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from core.render import RenderedContent
 from providers.base import Provider, RenderedMessage, SendResult
 from providers.errors import InvalidRecipient, PermanentProviderError, ProviderError, TransientProviderError
 from providers.registry import NoProviderConfigured, ProviderSet
@@ -25,7 +26,6 @@ from workers.claim import ClaimedNotification
 from workers.conclude import Calls
 from workers.outcome import Attempt
 from workers.recipients import Address, deactivate_device
-from workers.render import RenderedContent
 from workers.retry import RetryPolicy
 
 log = logging.getLogger(__name__)

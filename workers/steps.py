@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Protocol
 from uuid import UUID
 
+from core.render import RenderedContent
 from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent
 
 
 class Screen(Protocol):

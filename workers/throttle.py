@@ -37,15 +37,8 @@ from datetime import UTC, datetime, timedelta
 
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
-from providers.errors import ProviderError
-from providers.registry import REAL_PROVIDERS
-from providers.sandbox import SandboxProvider
-from providers.settings import ProvidersSettings
-from providers.smtp import SmtpProvider
-from schema.enums import Channel, Priority, Status
-from workers.claim import ClaimedNotification
-from workers.outcome import Outcome
-from workers.ratelimit import (
+from core.limiter import build_rate_limiter
+from core.ratelimit import (
     Allowed,
     Decision,
     ElasticPool,
@@ -54,10 +47,17 @@ from workers.ratelimit import (
     RateLimiter,
     RetryAfter,
     Rule,
-    build_rate_limiter,
 )
+from core.render import RenderedContent
+from providers.errors import ProviderError
+from providers.registry import REAL_PROVIDERS
+from providers.sandbox import SandboxProvider
+from providers.settings import ProvidersSettings
+from providers.smtp import SmtpProvider
+from schema.enums import Channel, Priority, Status
+from workers.claim import ClaimedNotification
+from workers.outcome import Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent
 
 # GSM 03.38: the basic set costs one septet, the extension table two (escape + char).
 _GSM7_BASIC = frozenset(

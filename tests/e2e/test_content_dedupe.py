@@ -21,6 +21,7 @@ from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.rules import RulesCache
 from clarion.settings import Settings
+from core.render import RenderedContent, Renderer
 from schema.enums import Channel
 from schema.messages import NotificationMessage
 from tests.api.test_send_validation import email_send
@@ -31,7 +32,6 @@ from tests.fixtures.services import wait_until
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import ContentDedupeGate
 from workers.recipients import Address
-from workers.render import RenderedContent, Renderer
 
 RULES_PICKUP_S = 2.2
 REDIS_URL = "redis://127.0.0.1:6379/0"

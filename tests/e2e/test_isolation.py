@@ -16,6 +16,7 @@ import httpx
 import sqlalchemy as sa
 
 from clarion.pg import create_pool
+from core.render import RenderedContent
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo, make_tenant
@@ -25,7 +26,6 @@ from workers.claim import ClaimedNotification, claim
 from workers.outcome import Attempt, Outcome
 from workers.recipients import Address
 from workers.record import record_outcomes
-from workers.render import RenderedContent
 
 
 class ExplodingGate:

@@ -11,6 +11,7 @@ from uuid import UUID
 
 import pytest
 
+from core.render import RenderedContent, Renderer
 from providers.base import RenderedMessage, SendResult
 from providers.errors import PermanentProviderError, ProviderError
 from providers.registry import ProviderSet
@@ -23,7 +24,6 @@ from workers.content import Content
 from workers.outcome import Outcome
 from workers.pipeline import Pipeline
 from workers.recipients import Address
-from workers.render import RenderedContent, Renderer
 from workers.retry import RetryPolicy
 from workers.send import Sender
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clarion import dlq_cli
 from clarion.logs import setup_logging
 from clarion.settings import Settings
+from commands import dlq_cli
 from schema.enums import Channel
 
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
 
         raise SystemExit(status.main(url=args.url or _settings(dev=True).base_url, api_key=args.api_key))
 
-    from clarion import runner
+    from commands import runner
 
     if args.command == "dev":
         settings = _settings(dev=True, api_port=args.port, api_host=args.host)
