@@ -1,6 +1,6 @@
 """The reference pipeline Clarion is measured against, run on this machine under the same load.
 
-A straightforward FastAPI + asyncpg + aiokafka + Redis + aiohttp pipeline, as FINDINGS.md describes
+A straightforward FastAPI + asyncpg + aiokafka + Redis + aiohttp pipeline, as docs/findings.md ("A reference point") describes
 it (about 2,000 notifications/s end to end when it was measured there):
 
 - API (FastAPI on uvicorn, uvloop + httptools): checks the bearer key, validates the body with

@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.rules import RuleSpec
 from clarion.settings import Settings
-from tests.abuse.test_hostile_input import refused
 from tests.conftest import make_tenant
+from tests.fixtures.answers import refused
 from tests.fixtures.services import ApiServer, api_client
 
 CAP = 3

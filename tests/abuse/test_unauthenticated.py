@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from api.auth import KeyCache
-from tests.abuse.test_hostile_input import refused
-from tests.api.test_send_validation import email_send
+from tests.fixtures.answers import refused
+from tests.fixtures.sends import email_send
 from tests.fixtures.services import ApiServer
 
 

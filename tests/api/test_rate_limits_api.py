@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.api.test_send_validation import assert_error
 from tests.conftest import make_tenant
+from tests.fixtures.answers import assert_error
 from tests.fixtures.services import ApiServer, api_client
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_send_validation import assert_error
+from tests.fixtures.answers import assert_error
 
 
 def sms_template(**overrides: Any) -> dict[str, Any]:

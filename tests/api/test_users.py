@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_send_validation import assert_error, email_send
+from tests.fixtures.answers import assert_error
+from tests.fixtures.sends import email_send
 
 
 def profile(**overrides: Any) -> dict[str, Any]:

@@ -34,10 +34,10 @@ from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import METRICS_TOKEN, make_tenant
-from tests.e2e.test_delivery import wait_status
 from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.delivery import wait_status
+from tests.fixtures.sends import email_send
 from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
 from workers.app import Worker
 

@@ -26,11 +26,11 @@ from providers.settings import SendGridSettings, SmtpSettings
 from providers.smtp import SmtpProvider
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import make_tenant
-from tests.e2e.test_delivery import wait_status
 from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.delivery import wait_status
 from tests.fixtures.mailbox import Mailbox
+from tests.fixtures.sends import email_send
 from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
 from workers.app import Worker
 

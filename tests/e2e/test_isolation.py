@@ -20,7 +20,7 @@ from core.render import RenderedContent
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo, make_tenant
-from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.services import wait_until
 from workers.claim import ClaimedNotification, claim
 from workers.outcome import Attempt, Outcome

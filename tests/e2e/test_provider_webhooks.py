@@ -23,11 +23,11 @@ from clarion.kafka import create_topics
 from clarion.settings import Settings
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import make_tenant
-from tests.e2e.test_delivery import status_of, wait_status
 from tests.fakes.sendgrid import FakeSendGrid
 from tests.fakes.twilio import FakeTwilio
+from tests.fixtures.delivery import status_of, wait_status
+from tests.fixtures.sends import email_send
 from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
 from workers.app import Worker
 

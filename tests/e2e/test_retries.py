@@ -30,10 +30,10 @@ from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import make_tenant
-from tests.e2e.test_delivery import status_of, wait_status
 from tests.fakes.twilio import FakeTwilio
+from tests.fixtures.delivery import status_of, wait_status
+from tests.fixtures.sends import email_send
 from tests.fixtures.services import ApiServer, drop_database, fresh_database
 from workers.app import Worker
 
