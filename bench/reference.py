@@ -41,8 +41,8 @@ from bench.e2e import Measurement, count_at_least, drive, print_figures, ready
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
+from harness.services import drop_database, pg_url, wait_until
 from schema.db import ensure_database
-from tests.fixtures.services import drop_database, pg_url, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "reference.email"

@@ -21,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
 from clarion.tokens import Purpose, make_token
+from harness.services import ApiServer
 from tests.conftest import Stack, TenantInfo
 from tests.fixtures.answers import refused
 from tests.fixtures.delivery import sandbox_for, wait_status
 from tests.fixtures.sends import count_notifications, email_send
-from tests.fixtures.services import ApiServer
 
 ESCAPES = [
     "{{ ''.__class__.__mro__[1].__subclasses__() }}",

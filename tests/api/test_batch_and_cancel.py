@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from harness.services import ApiServer
 from tests.conftest import Stack, make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.sends import email_send
-from tests.fixtures.services import ApiServer
 
 
 async def test_batch_accepts_each_item_on_its_own(stack: Stack, client: httpx.AsyncClient) -> None:

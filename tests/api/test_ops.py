@@ -16,11 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from clarion import status
 from clarion.broker import free_port
 from clarion.settings import Settings
+from harness.services import ROOT, ApiServer, api_client, wait_until
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, Stack, TenantInfo, make_tenant
 from tests.fixtures.answers import scrape
 from tests.fixtures.delivery import wait_status
 from tests.fixtures.sends import email_send
-from tests.fixtures.services import ROOT, ApiServer, api_client, wait_until
 
 LANES = ["main", "bulk", "retry", "dlq"]
 

@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.services import ApiServer, api_client
 from tests.conftest import make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.sends import email_send
-from tests.fixtures.services import ApiServer, api_client
 
 
 async def _send(client: httpx.AsyncClient, **overrides: Any) -> str:

@@ -8,10 +8,10 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from harness.services import ApiServer
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.sends import count_notifications, email_send
-from tests.fixtures.services import ApiServer
 
 
 async def test_valid_send_is_accepted_with_202(client: httpx.AsyncClient) -> None:
