@@ -40,7 +40,10 @@ class IngressLimits:
 
     @classmethod
     def build(cls, *, settings: Settings, pool: asyncpg.Pool) -> IngressLimits:
-        return cls(RulesCache.from_pool(pool), build_rate_limiter(settings.redis_url))
+        return cls(
+            RulesCache.from_pool(pool),
+            build_rate_limiter(settings.redis_url, prefix=f"{settings.redis_key_prefix}rl:"),
+        )
 
     async def aclose(self) -> None:
         await self.limiter.aclose()

@@ -42,6 +42,13 @@ class Settings(BaseSettings):
         default=None,
         description="Redis URL for the shared rate limiter; unset uses an in-process limiter (single process only).",
     )
+    redis_key_prefix: str = Field(
+        default="clarion:",
+        min_length=1,
+        max_length=64,
+        description="Prefix of every Redis key Clarion writes (rate limits, content dedupe): lets "
+        "several deployments, or a test run, share one Redis.",
+    )
     api_host: str = Field(default="127.0.0.1", description="Interface the API listens on.")
     api_port: int = Field(default=8000, description="Port the API listens on.")
     public_url: str | None = Field(

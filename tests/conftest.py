@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,8 @@ def kafka() -> Any:
 
 METRICS_TOKEN = "test-metrics-token"  # what the tests' Prometheus scraper sends for /metrics
 OPERATOR_TOKEN = "test-operator-token"  # the platform operator's bearer for /v1/ops/cluster/...
+# Every Redis key the test run's processes write starts with this (never a deployment's "clarion:").
+TEST_REDIS_PREFIX = f"clarion-test-{secrets.token_hex(3)}:"
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +51,7 @@ async def settings(database_url: str, kafka: TansuBroker) -> Settings:
     await create_topics(kafka.bootstrap, partitions=2)
     return Settings(
         env="test",
+        redis_key_prefix=TEST_REDIS_PREFIX,
         database_url=database_url,
         kafka_bootstrap=kafka.bootstrap,
         lease_s=3.0,

@@ -128,8 +128,10 @@ class ContentDedupeGate:
 
 
 def build_content_dedupe(
-    *, rules: RulesCache, pool: asyncpg.Pool, redis_url: str | None
+    *, rules: RulesCache, pool: asyncpg.Pool, redis_url: str | None, key_prefix: str = "clarion:"
 ) -> ContentDedupeGate:
     """The gate on Redis when ``redis_url`` is set, else on PostgreSQL (see module docstring)."""
     redis = Redis.from_url(redis_url, socket_timeout=0.25, socket_connect_timeout=0.25) if redis_url else None
-    return ContentDedupeGate(rules=rules, pool=pool, renderer=Renderer(), redis=redis)
+    return ContentDedupeGate(
+        rules=rules, pool=pool, renderer=Renderer(), redis=redis, key_prefix=f"{key_prefix}cd:"
+    )

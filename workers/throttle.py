@@ -104,13 +104,13 @@ Check = tuple[RuleSpec, str, Rule, int]
 _process_limiter: MemoryRateLimiter | None = None
 
 
-def shared_rate_limiter(redis_url: str | None) -> RateLimiter:
+def shared_rate_limiter(redis_url: str | None, *, key_prefix: str = "clarion:") -> RateLimiter:
     """The worker's limiter: on Redis (shared by every process) when ``redis_url`` is set, else
     one in-process limiter shared by every worker of this process (``clarion dev``), so a
     provider account serving several channels is paced as one."""
     global _process_limiter
     if redis_url is not None:
-        return build_rate_limiter(redis_url)
+        return build_rate_limiter(redis_url, prefix=f"{key_prefix}rl:")
     if _process_limiter is None:
         _process_limiter = MemoryRateLimiter()
     return _process_limiter

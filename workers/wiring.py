@@ -47,10 +47,12 @@ def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool, pro
     rules = RulesCache.from_pool(pool)
     pacing = AdaptivePacing()
     steps.gates += [
-        build_content_dedupe(rules=rules, pool=pool, redis_url=settings.redis_url),
+        build_content_dedupe(
+            rules=rules, pool=pool, redis_url=settings.redis_url, key_prefix=settings.redis_key_prefix
+        ),
         ThrottleGate(
             rules=rules,
-            limiter=shared_rate_limiter(settings.redis_url),
+            limiter=shared_rate_limiter(settings.redis_url, key_prefix=settings.redis_key_prefix),
             provider_name=provider_names(providers, channel),
             pacing=pacing,
         ),

@@ -30,6 +30,17 @@ async def add_rule(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
     return dict(response.json())
 
 
+async def wait_loaded(server: ApiServer, name: str) -> None:
+    """Until ``server``'s rules cache has reloaded and holds the rule ``name`` (it reloads every
+    ``REFRESH_TTL_S``): the condition the tests wait for, instead of sleeping past the interval."""
+
+    async def loaded() -> bool:
+        snapshot = await server.app.state.ingress.rules.current()
+        return any(rule.name == name for rule in snapshot.rules)
+
+    await wait_until(loaded, timeout_s=PICKUP_S)
+
+
 async def wait_enforced(client: httpx.AsyncClient) -> httpx.Response:
     """Send until the first 429: a new rule reaches the API within PICKUP_S."""
 
@@ -57,9 +68,11 @@ async def test_sends_over_the_tenant_limit_get_429_with_retry_after_and_ratelimi
     assert await count_notifications(engine, tenant.id) == before  # nothing stored for a 429
 
 
-async def test_accepted_sends_carry_the_remaining_budget(client: httpx.AsyncClient) -> None:
-    await add_rule(client, limit=1000, period_s=3600)  # one send refills every 3.6 s: not during the test
-    await asyncio.sleep(2.2)  # past the rules refresh interval
+async def test_accepted_sends_carry_the_remaining_budget(client: httpx.AsyncClient, api: ApiServer) -> None:
+    rule = await add_rule(
+        client, limit=1000, period_s=3600
+    )  # one send refills every 3.6 s: not during the test
+    await wait_loaded(api, rule["name"])
     remaining = []
     for _ in range(3):
         response = await client.post("/v1/notifications", json=email_send())
@@ -119,30 +132,31 @@ async def two_apis_on_redis(settings: Settings) -> AsyncIterator[tuple[ApiServer
 
 
 async def test_every_api_process_shares_one_tenant_limit_on_redis(
-    two_apis_on_redis: tuple[ApiServer, ApiServer], tenant: TenantInfo
+    two_apis_on_redis: tuple[ApiServer, ApiServer], tenant: TenantInfo, settings: Settings
 ) -> None:
     first, second = two_apis_on_redis
     name = f"shared-{uuid.uuid4().hex[:8]}"
     async with api_client(first.url, tenant.key) as a, api_client(second.url, tenant.key) as b:
         await add_rule(a, name=name, limit=4, period_s=600)
-        await asyncio.sleep(2.2)  # past the rules refresh interval
+        for server in two_apis_on_redis:
+            await wait_loaded(server, name)
         codes = [
             (await c.post("/v1/notifications", json=email_send())).status_code for c in (a, b, a, b, a, b)
         ]
     assert codes == [202, 202, 202, 202, 429, 429]
     redis = Redis.from_url(REDIS_URL)
     try:
-        keys = [k async for k in redis.scan_iter(match="clarion:rl:ingress:*")]
+        keys = [k async for k in redis.scan_iter(match=f"{settings.redis_key_prefix}rl:ingress:*")]
         assert keys, "the decisions were taken on Redis"
     finally:
         await redis.aclose()
 
 
 async def test_a_batch_costs_its_size_and_one_larger_than_the_limit_is_refused(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, api: ApiServer
 ) -> None:
     await add_rule(client, name="five-per-10-min", limit=5, period_s=600)
-    await asyncio.sleep(2.2)  # past the rules refresh interval
+    await wait_loaded(api, "five-per-10-min")
 
     def batch(n: int) -> dict[str, Any]:
         return {"notifications": [email_send() for _ in range(n)]}
