@@ -33,7 +33,7 @@ from clarion.tenants import Principal
 from schema.enums import Status
 from schema.ids import uuid7
 from schema.messages import NotificationMessage
-from workers.render import Renderer, RequestBudget
+from workers.render import Renderer, RenderError, RequestBudget
 from workers.templates import TemplateSource
 
 
@@ -46,6 +46,13 @@ class AcceptResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Prerendered:
+    """The outcome of rendering a send's inline content: ``error`` is what refused it, or None."""
+
+    error: RenderError | None
+
+
+@dataclass(frozen=True, slots=True)
 class Send:
     """One send to accept: who asks, what, and the hash that tells a repeat from a conflict."""
 
@@ -54,6 +61,9 @@ class Send:
     digest: str
     render_budget: RequestBudget | None = None
     """CPU time for rendering shared with the other sends of the same request (a batch)."""
+    rendered: Prerendered | None = None
+    """Inline content already rendered before the send joined a shared transaction (``None``:
+    not yet); :func:`api.accept_checks.check_content` then uses this outcome instead of rendering."""
 
     @classmethod
     def of(

@@ -142,7 +142,8 @@ async def check_content(
     recipients: dict[int, Recipient],
     decisions: list[Decision | None],
 ) -> dict[int, TemplateSource]:
-    """Render once now so a send that cannot render is refused (422) rather than failing later.
+    """Render once now so a send that cannot render is refused (422) rather than failing later
+    (inline content rendered before the transaction brings its outcome: ``Send.rendered``).
     Returns the template each templated send will use."""
     resolved: dict[tuple[Any, ...], TemplateSource | None] = {}
     templates: dict[int, TemplateSource] = {}
@@ -172,15 +173,19 @@ async def check_content(
                 continue
             templates[i] = template
             source = (template.subject, template.body, template.html)
+        rendered = sends[i].rendered
         try:
-            await renderer.render_async(
-                subject=source[0],
-                body=source[1],
-                html=source[2],
-                data=req.data,
-                budget=sends[i].render_budget,
-                tenant=principal.tenant_id,
-            )
+            if rendered is None:
+                await renderer.render_async(
+                    subject=source[0],
+                    body=source[1],
+                    html=source[2],
+                    data=req.data,
+                    budget=sends[i].render_budget,
+                    tenant=principal.tenant_id,
+                )
+            elif rendered.error is not None:
+                raise rendered.error
         except RenderError as exc:
             decisions[i] = render_error(exc)
             del recipients[i]

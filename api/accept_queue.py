@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import asyncpg
 
-from api.accept import AcceptResult, Decision, Send, accept_many
+from api.accept import AcceptResult, Decision, Prerendered, Send, accept_many
 from api.errors import is_db_unavailable
 from clarion.coalesce import Coalescer
-from workers.render import Renderer
+from schema.enums import Channel
+from workers.render import Renderer, RenderError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ class AcceptQueue:
     def __init__(
         self, *, pool: asyncpg.Pool, renderer: Renderer, max_batch: int = 256, max_in_flight: int = 4
     ) -> None:
+        self._pool, self._renderer = pool, renderer
+
         async def run(sends: list[Send]) -> list[Decision | Exception]:
             return await accept_isolated(pool=pool, renderer=renderer, sends=sends)
 
@@ -66,5 +70,38 @@ class AcceptQueue:
 
     async def accept(self, send: Send) -> AcceptResult:
         """The send's result once its row is committed; raises the ``ApiError`` that refused it, or
-        what the database raised."""
+        what the database raised.
+
+        A send shares a transaction with whatever else is waiting, so nothing slow may happen in
+        it on one tenant's behalf: inline content is rendered before the send joins (the outcome
+        travels with it, so refusals keep their order: a repeat is still answered as a repeat),
+        and a tenant whose recent renders ran past its CPU share has its templated sends accepted
+        alone. Measured (chaos scenario 8): with every render inside the shared transactions,
+        tenant B's template bombs took A's accept p99 from 177 ms to 907 ms.
+        """
+        if send.req.content is not None:
+            send = await prerender(self._renderer, send)
+        elif self._renderer.owes(send.principal.tenant_id):
+            [decision] = await accept_isolated(pool=self._pool, renderer=self._renderer, sends=[send])
+            if isinstance(decision, Exception):
+                raise decision
+            return decision
         return await self._sends.submit(send)
+
+
+async def prerender(renderer: Renderer, send: Send) -> Send:
+    """``send`` with its inline content rendered (``Send.rendered``), outside any transaction."""
+    assert send.req.content is not None
+    content, req = send.req.content, send.req
+    try:
+        await renderer.render_async(
+            subject=content.subject if req.channel is Channel.email else content.title,
+            body=content.body,
+            html=content.html,
+            data=req.data,
+            budget=send.render_budget,
+            tenant=send.principal.tenant_id,
+        )
+    except RenderError as exc:
+        return replace(send, rendered=Prerendered(exc))
+    return replace(send, rendered=Prerendered(None))

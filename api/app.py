@@ -61,6 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await outbox.stop()
+            await app.state.renderer.aclose()
             await app.state.ingress.aclose()
             await app.state.queues.close()
             await publisher.close()

@@ -38,7 +38,8 @@ async def accept_batch(
             sends.append((index, Send.of(principal, NotificationIn.model_validate(raw), budget)))
         except ValidationError as exc:
             refused[index] = validation_error(exc.errors(include_url=False))
-    decisions = await accept_isolated(pool=pool, renderer=renderer, sends=[send for _, send in sends])
+    async with renderer.turn(principal.tenant_id):  # the items render back to back (Renderer.turn)
+        decisions = await accept_isolated(pool=pool, renderer=renderer, sends=[send for _, send in sends])
     accepted: dict[int, AcceptResult] = {}
     for (index, _), decision in zip(sends, decisions, strict=True):
         if isinstance(decision, AcceptResult):

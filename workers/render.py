@@ -44,8 +44,10 @@ import json
 import re
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Generator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, cast
@@ -56,6 +58,7 @@ from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.visitor import NodeTransformer
 
 from providers.headers import breaks_header
+from workers.render_box import RenderBox
 from workers.render_errors import Part, RenderError, RenderErrorCode
 from workers.render_limits import (
     _CAP,
@@ -247,6 +250,9 @@ RENDER_THREADS = 4
 _RENDER_THREADS = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="clarion-render")
 
 
+_HELD_TURNS: ContextVar[frozenset[str]] = ContextVar("clarion_held_render_turns", default=frozenset())
+
+
 class _Turn:
     """One tenant's place at the render threads: a lock and how many renders wait for it."""
 
@@ -262,6 +268,9 @@ class _Turn:
 # CPU) took another tenant's accept p99 from 322 ms to 1.1 s on this 2-core machine.
 RENDER_CPU_SHARE = 0.25  # measured: 0.5 let B's bombs take A's p99 to 4.8x alone, 0.25 to 2.3x
 RENDER_CPU_BURST_S = 1.0
+# A tenant owing more than this is kept out of shared accept transactions (``AcceptQueue``):
+# ordinary renders (~0.1 ms) never come near it, a template running into the limits passes it.
+OWING_S = 0.05
 
 
 class _CpuDebt:
@@ -278,6 +287,15 @@ class _CpuDebt:
         return self.debt_s
 
 
+def _may_render(debt: _CpuDebt | None, budget: RequestBudget | None) -> None:
+    """Raise ``render_limit`` when the tenant's share (``debt``, at accept time) or the request's
+    ``budget`` is spent: such a render is refused without waiting for a render thread."""
+    if debt is not None and debt.settle() > RENDER_CPU_BURST_S:
+        raise _limit("this tenant's templates used their share of render time; retry in a few seconds")
+    if budget is not None and budget.remaining_ms <= 0:
+        raise _limit(f"the request's render budget ({budget.total_ms} ms) is spent")
+
+
 class Renderer:
     """Renders notification content; one instance is meant to be shared by a whole worker."""
 
@@ -290,6 +308,7 @@ class Renderer:
         self._compile_cached = lru_cache(maxsize=cache_size)(self._compile)
         self._turns: dict[str, _Turn] = {}
         self._debts: dict[str, _CpuDebt] = {}
+        self._box = RenderBox()
 
     def compile(self, source: str, *, html: bool = False) -> CompiledTemplate:
         """Compile ``source`` (autoescaped when ``html``), or return the cached compilation of it.
@@ -321,27 +340,60 @@ class Renderer:
         ``cpu_share`` (at accept time), a tenant past its share of render CPU is refused at once;
         the worker renders what was accepted without it (a refusal there would fail a send)."""
         call = partial(self._timed_render, subject=subject, body=body, html=html, data=data, budget=budget)
-        debt = self._debts.setdefault(tenant or "", _CpuDebt())
-        if cpu_share and debt.settle() > RENDER_CPU_BURST_S:
-            raise _limit("this tenant's templates used their share of render time; retry in a few seconds")
         if len(self._debts) > 10_000:  # settled-up entries go; a debtor's entry stays
             for name in [n for n, d in self._debts.items() if d.settle() == 0.0]:
                 del self._debts[name]
-        turn = self._turns.setdefault(tenant or "", _Turn())
+        debt = self._debts.setdefault(tenant or "", _CpuDebt())
+        _may_render(debt if cpu_share else None, budget)
+        async with self.turn(tenant or ""):
+            # Checked again with the turn: a render that waited for it must not run once the
+            # request's budget or the tenant's share was spent meanwhile.
+            _may_render(debt if cpu_share else None, budget)
+            try:
+                if cpu_share and debt.settle() > OWING_S:
+                    content, spent_s = await self._box.render(
+                        self, subject=subject, body=body, html=html, data=data, budget=budget
+                    )
+                else:
+                    content, spent_s = await asyncio.get_running_loop().run_in_executor(_RENDER_THREADS, call)
+            except RenderError as exc:
+                debt.debt_s += exc.cpu_s
+                raise
+            debt.debt_s += spent_s
+            return content
+
+    @asynccontextmanager
+    async def turn(self, tenant: str) -> AsyncIterator[None]:
+        """Hold ``tenant``'s place at the render threads (one render of a tenant at a time).
+        Re-entrant within a task: a batch holds its tenant's turn for all its items, so its items
+        do not queue one by one behind the tenant's other requests (20 loop bombs in a batch took
+        5-10 s that way while the tenant's other requests rendered between them)."""
+        held = _HELD_TURNS.get()
+        if tenant in held:
+            yield
+            return
+        turn = self._turns.setdefault(tenant, _Turn())
         turn.waiting += 1
         try:
             async with turn.lock:
+                token = _HELD_TURNS.set(held | {tenant})
                 try:
-                    content, spent_s = await asyncio.get_running_loop().run_in_executor(_RENDER_THREADS, call)
-                except RenderError as exc:
-                    debt.debt_s += exc.cpu_s
-                    raise
-                debt.debt_s += spent_s
-                return content
+                    yield
+                finally:
+                    _HELD_TURNS.reset(token)
         finally:
             turn.waiting -= 1
             if turn.waiting == 0:
-                self._turns.pop(tenant or "", None)  # no entry outlives its last render
+                self._turns.pop(tenant, None)  # no entry outlives its last render
+
+    async def aclose(self) -> None:
+        """Stop the render box's process, if one was started."""
+        await self._box.aclose()
+
+    def owes(self, tenant: str) -> bool:
+        """Whether ``tenant``'s recent renders ran past its CPU share by more than ``OWING_S``."""
+        debt = self._debts.get(tenant)
+        return debt is not None and debt.settle() > OWING_S
 
     def _timed_render(self, **kwargs: Any) -> tuple[RenderedContent, float]:
         """``render`` and the thread CPU it took; a refused render still costs what it spent."""
@@ -418,7 +470,7 @@ class Renderer:
             ensure_ascii=False,
             separators=(",", ":"),
         )
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class Hostile:
         self.answers: Counter[str] = Counter()  # "<payload> <status>"
         self.bad: list[str] = []  # answers that break the contract
         self.count = 0
+        self.slowest_s = 0.0  # B's slowest answer: B's own requests wait for B's render turn
 
     async def run(self, stop: asyncio.Event) -> None:
         async with aiohttp.ClientSession() as session:
@@ -143,6 +144,7 @@ class Hostile:
         self.count += 1
         all_headers = {"Authorization": f"Bearer {self.key}", **headers}
         kwargs: dict[str, Any] = {"json": body} if body is not None else {"data": b"{}"}
+        started = time.monotonic()
         try:
             async with session.request(
                 method, f"{self.stack.api_url}{path}", headers=all_headers,
@@ -160,6 +162,7 @@ class Hostile:
                 self.bad.append(f"{name}: connection error {type(exc).__name__}")
             return
         self.answers[f"{name} {status}"] += 1
+        self.slowest_s = max(self.slowest_s, time.monotonic() - started)
         if status >= 500:
             self.bad.append(f"{name}: {status}")
         elif status >= 400 and not (isinstance(document, dict) and "code" in document.get("error", {})):
@@ -191,6 +194,7 @@ async def run(scale: float, log_dir: Path) -> Result:
             accept_p99_alone_s=p99_alone,
             accept_p99_attacked_s=p99_attacked,
             hostile_requests=hostile.count,
+            hostile_slowest_answer_s=round(hostile.slowest_s, 2),
             hostile_answers=dict(sorted(hostile.answers.items())),
             hostile_accepted_final=dict(b_final),
         )

@@ -133,3 +133,30 @@ async def test_inline_details_update_the_user_and_repeating_them_writes_nothing(
         "Europe/Paris",
     )
     assert now["updated_at"] > created["updated_at"]
+
+
+LOOP_BOMB = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+async def test_a_repeat_is_answered_as_a_repeat_after_its_tenant_spent_its_render_share(
+    client: httpx.AsyncClient, tenant: TenantInfo
+) -> None:
+    # Inline content renders before the send joins a shared transaction; its outcome travels
+    # with the send, so the checks keep their order: an earlier event id is found first.
+    inline = {"content": {"subject": "Hi {{ n }}", "body": "n={{ n }}"}, "data": {"n": 1}}
+    body = email_send(template=None, **inline)
+    del body["template"]
+    first = await client.post("/v1/notifications", json=body)
+    assert first.status_code == 202, first.text
+    bomb = {**body, "content": {"subject": "s", "body": LOOP_BOMB}}
+    messages: list[str] = []
+    for i in range(40):  # each bomb spends up to 2 x 200 ms of the tenant's render CPU
+        refused = await client.post("/v1/notifications", json={**bomb, "event_id": f"bomb-{i}"})
+        assert refused.status_code == 422, refused.text
+        messages.append(refused.json()["error"]["message"])
+        if "share of render time" in messages[-1]:
+            break
+    assert "share of render time" in messages[-1], messages
+    # Sent within milliseconds of that refusal, while the share is still spent.
+    again = await client.post("/v1/notifications", json=body)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text

@@ -1,0 +1,126 @@
+"""The render box: renders of a tenant owing render CPU run in a child process, not on the API's
+GIL, with the same answers and limits as in-process renders."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.fixtures.services import wait_until
+from tests.workers.hostile_templates import HOSTILE
+from workers.render import OWING_S, Renderer, RequestBudget
+from workers.render_box import RenderBox
+from workers.render_errors import RenderError
+
+SLOW = HOSTILE["nested_range_loop"]
+
+
+def box_pid(renderer: Renderer) -> int | None:
+    child = renderer._box._child
+    return child.pid if child is not None and child.returncode is None else None
+
+
+async def test_a_tenant_owing_render_cpu_renders_in_the_box_and_others_stay_in_process() -> None:
+    renderer = Renderer(max_render_ms=100)
+    try:
+        assert not renderer.owes("b")
+        with pytest.raises(RenderError):
+            await renderer.render_async(subject=None, body=SLOW, html=None, data={}, tenant="b")
+        assert renderer.owes("b"), f"a refused 100 ms render leaves more than {OWING_S} s owed"
+        assert box_pid(renderer) is None, "the first render of a tenant runs in-process"
+
+        owed = renderer._debts["b"].settle()
+        content = await renderer.render_async(
+            subject="Hi {{ name }}", body="{{ n * 2 }}", html="<b>{{ name }}</b>", data={"name": "<x>", "n": 21},
+            tenant="b",
+        )  # fmt: skip
+        assert (content.subject, content.body, content.html) == ("Hi <x>", "42", "<b>&lt;x&gt;</b>")
+        assert box_pid(renderer) is not None, "a tenant owing render CPU renders in the box"
+        with pytest.raises(RenderError) as caught:
+            await renderer.render_async(subject=None, body="{{ missing }}", html=None, data={}, tenant="b")
+        assert (caught.value.code, caught.value.variable) == ("missing_variable", "missing")
+        assert renderer._debts["b"].debt_s >= owed - 1.0, "box renders are charged to the tenant"
+
+        # The worker renders what was accepted (cpu_share=False): never in the box, never refused.
+        box = renderer._box._child
+        assert (
+            await renderer.render_async(
+                subject=None, body="x", html=None, data={}, tenant="b", cpu_share=False
+            )
+        ).body == "x"
+        assert renderer._box._child is box
+        assert (
+            await renderer.render_async(subject=None, body="fine", html=None, data={}, tenant="a")
+        ).body == "fine"
+    finally:
+        await renderer.aclose()
+
+
+async def test_the_box_keeps_the_limits_and_charges_a_shared_request_budget() -> None:
+    renderer, box = Renderer(max_render_ms=100), RenderBox()
+    budget = RequestBudget(150)
+    try:
+        with pytest.raises(RenderError) as caught:
+            await box.render(renderer, subject=None, body=SLOW, html=None, data={}, budget=budget)
+        assert caught.value.code == "render_limit" and caught.value.cpu_s >= 0.09
+        assert budget.remaining_ms <= 60
+        for bomb in ("power_squaring", "repr_output", "plus_chain", "sum_lists"):
+            with pytest.raises(RenderError) as caught:
+                await box.render(renderer, subject=None, body=HOSTILE[bomb], html=None, data={}, budget=None)
+            assert caught.value.code == "render_limit", bomb
+    finally:
+        await box.aclose()
+
+
+async def test_a_box_that_died_is_replaced_and_only_the_render_in_flight_is_refused() -> None:
+    renderer, box = Renderer(max_render_ms=1000), RenderBox()
+    try:
+        await box.render(renderer, subject=None, body="a", html=None, data={}, budget=None)
+        first = box._child
+        assert first is not None
+        in_flight = asyncio.ensure_future(
+            box.render(renderer, subject=None, body=SLOW, html=None, data={}, budget=None)
+        )
+        await wait_until(lambda: box._lock.locked())
+        first.kill()
+        with pytest.raises(RenderError) as caught:
+            await in_flight
+        assert (caught.value.code, caught.value.message) == (
+            "render_limit",
+            "template stopped its render process",
+        )
+        content, _ = await box.render(
+            renderer, subject=None, body="b {{ x }}", html=None, data={"x": 1}, budget=None
+        )
+        assert content.body == "b 1"
+        assert box._child is not None and box._child.pid != first.pid
+    finally:
+        await box.aclose()
+
+
+async def test_a_batch_holds_its_tenants_render_turn_for_all_its_items() -> None:
+    renderer = Renderer()
+    order: list[str] = []
+    go = asyncio.Event()
+
+    async def batch() -> None:
+        async with renderer.turn("b"):
+            await go.wait()
+            for i in range(3):
+                await renderer.render_async(subject=None, body=f"item{i}", html=None, data={}, tenant="b")
+                order.append(f"item{i}")
+                await asyncio.sleep(0)  # a chance for the tenant's other request to cut in
+
+    async def single() -> None:
+        await renderer.render_async(subject=None, body="single", html=None, data={}, tenant="b")
+        order.append("single")
+
+    held = asyncio.ensure_future(batch())
+    await wait_until(lambda: "b" in renderer._turns)
+    waiting = asyncio.ensure_future(single())
+    await wait_until(lambda: renderer._turns["b"].waiting == 2)  # the single request queues
+    go.set()
+    await asyncio.gather(held, waiting)
+    assert order == ["item0", "item1", "item2", "single"]
+    assert renderer._turns == {}

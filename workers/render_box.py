@@ -1,0 +1,149 @@
+"""The render box: a separate process for the renders of tenants past their render CPU share.
+
+Render threads keep a template off the event loop, but not off the GIL: while a render thread
+runs, the loop waits up to ``sys.getswitchinterval()`` each time it wakes. A tenant streaming
+template bombs at its CPU share (a quarter of a core) took another tenant's accept p99 from
+302 ms to 677 ms that way (chaos scenario 8, single-send bombs, 2-core machine). So at accept
+time, a tenant owing render CPU (``Renderer.owes``) renders here instead: in one child process,
+one render at a time, with the same limits. Ordinary tenants never come here (their renders take
+~0.1 ms and a round trip to the box costs more than that).
+
+Errors: a render refused in the box raises the same ``RenderError`` as in-process; a box that
+died (a render that ran it out of memory, a kill) is replaced and the render is refused with
+``render_limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pickle
+import resource
+import struct
+import sys
+import time
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from workers.render_errors import RenderError
+
+if TYPE_CHECKING:
+    from workers.render import RenderedContent, Renderer, RequestBudget
+
+_Refusal = tuple[Any, str, str | None, Any]  # RenderError's code, message, variable, part
+_Job = tuple[tuple[int, int], tuple[str | None, str, str | None], dict[str, Any], float | None]
+_Answer = tuple["RenderedContent | None", "_Refusal | None", float]
+_LENGTH = struct.Struct("!I")
+BOX_MEMORY_BYTES = 1 << 30  # every hostile template of the test corpus peaks under 64 MB
+
+
+@lru_cache(maxsize=4)
+def _child_renderer(max_output_chars: int, max_render_ms: int) -> Renderer:
+    from workers.render import Renderer
+
+    return Renderer(max_output_chars=max_output_chars, max_render_ms=max_render_ms)
+
+
+def render_job(job: _Job) -> _Answer:
+    """Runs in the box: the content or the refusal's fields, and the CPU it took."""
+    from workers.render import RequestBudget
+
+    limits, (subject, body, html), data, budget_ms = job
+    renderer = _child_renderer(*limits)
+    started = time.thread_time()
+    try:
+        budget = RequestBudget(budget_ms) if budget_ms is not None else None
+        content = renderer.render(subject=subject, body=body, html=html, data=data, budget=budget)
+    except RenderError as exc:
+        return None, (exc.code, exc.message, exc.variable, exc.part), time.thread_time() - started
+    return content, None, time.thread_time() - started
+
+
+def _serve() -> None:  # pragma: no cover - runs in the child (covered by tests/workers/test_render_box.py)
+    """The box's loop: length-prefixed pickles in on stdin, answers out on stdout. Its address
+    space is capped (``BOX_MEMORY_BYTES``): a render that would exceed it ends the box, not the
+    machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (BOX_MEMORY_BYTES, BOX_MEMORY_BYTES))
+    read, write = sys.stdin.buffer, sys.stdout.buffer
+    while header := read.read(_LENGTH.size):
+        job = pickle.loads(read.read(_LENGTH.unpack(header)[0]))
+        answer = pickle.dumps(render_job(job))
+        write.write(_LENGTH.pack(len(answer)) + answer)
+        write.flush()
+
+
+class RenderBox:
+    """One child process (``python -m workers.render_box``), started on first use and replaced
+    when it dies. One render at a time: the box is for tenants that already spent their share."""
+
+    def __init__(self) -> None:
+        self._child: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+
+    async def render(
+        self,
+        renderer: Renderer,
+        *,
+        subject: str | None,
+        body: str,
+        html: str | None,
+        data: dict[str, Any],
+        budget: RequestBudget | None,
+    ) -> tuple[RenderedContent, float]:
+        """Render in the box; returns the content and the CPU it took, which ``budget`` is charged
+        with. Raises ``RenderError`` (with ``cpu_s`` set) when refused."""
+        if budget is not None and budget.remaining_ms <= 0:
+            raise RenderError("render_limit", f"the request's render budget ({budget.total_ms} ms) is spent")
+        job: _Job = (
+            (renderer.max_output_chars, renderer.max_render_ms),
+            (subject, body, html),
+            data,
+            budget.remaining_ms if budget is not None else None,
+        )
+        async with self._lock:
+            try:
+                # Two renders' worth of CPU (one retry) plus a loaded machine's scheduling delays.
+                answer = await asyncio.wait_for(self._ask(job), 5 + renderer.max_render_ms / 100)
+            except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, pickle.PickleError):
+                await self._kill()
+                answer = (None, ("render_limit", "template stopped its render process", None, None), 0.0)
+        content, refusal, cpu_s = answer
+        if budget is not None:
+            budget.spend(cpu_s)
+        if refusal is not None:
+            code, message, variable, part = refusal
+            error = RenderError(code, message, variable=variable, part=part)
+            error.cpu_s = cpu_s or renderer.max_render_ms / 1000
+            raise error
+        assert content is not None
+        return content, cpu_s
+
+    async def _ask(self, job: _Job) -> _Answer:
+        if self._child is None or self._child.returncode is not None:
+            self._child = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "workers.render_box",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+        child = self._child
+        assert child.stdin is not None and child.stdout is not None
+        request = pickle.dumps(job)
+        child.stdin.write(_LENGTH.pack(len(request)) + request)
+        await child.stdin.drain()
+        (length,) = _LENGTH.unpack(await child.stdout.readexactly(_LENGTH.size))
+        answer: _Answer = pickle.loads(await child.stdout.readexactly(length))
+        return answer
+
+    async def _kill(self) -> None:
+        child, self._child = self._child, None
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
+
+    async def aclose(self) -> None:
+        """Stop the child (it also ends by itself when its stdin closes with the parent)."""
+        await self._kill()
+
+
+if __name__ == "__main__":
+    _serve()
