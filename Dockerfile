@@ -14,7 +14,7 @@ COPY workers ./workers
 COPY providers ./providers
 COPY schema ./schema
 COPY templates ./templates
-# Editable: the shipped templates/ live next to the packages, where workers.templates looks for them.
+# Editable: the shipped templates/ live next to the packages, where core.templates looks for them.
 RUN pip install --no-deps -e .
 
 FROM python:3.11-slim

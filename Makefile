@@ -37,6 +37,7 @@ test: install services browser prometheus lint
 bench: install services
 	$(PY) -m bench.e2e --reference
 
-# Every chaos scenario at full scale against real processes (~15 min); writes chaos/results.md.
-chaos: install
+# The slow tests, then every chaos scenario at full scale against real processes (~15 min); writes chaos/results.md.
+chaos: install services
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m slow
 	$(PY) -m chaos --out chaos/results.md

@@ -16,10 +16,8 @@ accepting them one by one, in order, would give.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -28,64 +26,13 @@ import asyncpg
 
 from api.accept_checks import Recipient, check_content, check_push_devices, find_recipients
 from api.errors import ApiError
-from api.models import NotificationIn, UserIn
-from clarion.tenants import Principal
+from api.models import UserIn
+from api.submission import AcceptResult, Decision, Submission
+from core.render import Renderer
+from core.templates import TemplateSource
 from schema.enums import Status
 from schema.ids import uuid7
 from schema.messages import NotificationMessage
-from workers.render import Renderer, RenderError, RequestBudget
-from workers.templates import TemplateSource
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptResult:
-    id: UUID
-    status: str
-    duplicate: bool
-    message: NotificationMessage | None  # None for a duplicate: nothing new to publish
-
-
-@dataclass(frozen=True, slots=True)
-class Prerendered:
-    """The outcome of rendering a send's inline content: ``error`` is what refused it, or None."""
-
-    error: RenderError | None
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """One send to accept: who asks, what, and the hash that tells a repeat from a conflict."""
-
-    principal: Principal
-    req: NotificationIn
-    digest: str
-    render_budget: RequestBudget | None = None
-    """CPU time for rendering shared with the other sends of the same request (a batch)."""
-    rendered: Prerendered | None = None
-    """Inline content already rendered before the send joined a shared transaction (``None``:
-    not yet); :func:`api.accept_checks.check_content` then uses this outcome instead of rendering."""
-
-    @classmethod
-    def of(
-        cls, principal: Principal, req: NotificationIn, render_budget: RequestBudget | None = None
-    ) -> Send:
-        return cls(principal, req, request_hash(req), render_budget)
-
-    @property
-    def event_key(self) -> tuple[str, str]:
-        return self.principal.tenant_id, self.req.event_id
-
-    @property
-    def user_key(self) -> tuple[str, str]:
-        return self.principal.tenant_id, self.req.external_user_id
-
-
-Decision = AcceptResult | ApiError
-
-
-def request_hash(req: NotificationIn) -> str:
-    canonical = json.dumps(req.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def transition(status: str, detail: str | None = None, at: datetime | None = None) -> dict[str, Any]:
@@ -135,7 +82,7 @@ RETURNING id
 
 
 async def accept_many(
-    *, conn: asyncpg.Connection, renderer: Renderer, sends: Sequence[Send]
+    *, conn: asyncpg.Connection, renderer: Renderer, sends: Sequence[Submission]
 ) -> list[Decision]:
     """Accept ``sends`` in one transaction; returns, in order, each one's ``AcceptResult`` or the
     ``ApiError`` (4xx) that refused it. A refused send writes nothing.
@@ -154,7 +101,7 @@ async def accept_many(
     return decisions  # type: ignore[return-value]
 
 
-def _next_round(sends: Sequence[Send], todo: list[int]) -> tuple[list[int], list[int]]:
+def _next_round(sends: Sequence[Submission], todo: list[int]) -> tuple[list[int], list[int]]:
     """Split ``todo`` into sends that can be accepted together and those that must wait for them."""
     events: set[tuple[str, str]] = set()
     upserted: dict[tuple[str, str], UserIn] = {}
@@ -179,7 +126,7 @@ def _next_round(sends: Sequence[Send], todo: list[int]) -> tuple[list[int], list
 async def _accept_round(
     conn: asyncpg.Connection,
     renderer: Renderer,
-    sends: Sequence[Send],
+    sends: Sequence[Submission],
     batch: list[int],
     decisions: list[Decision | None],
 ) -> None:
@@ -199,7 +146,7 @@ async def _accept_round(
 
 
 async def _not_repeats(
-    conn: asyncpg.Connection, sends: Sequence[Send], batch: list[int], decisions: list[Decision | None]
+    conn: asyncpg.Connection, sends: Sequence[Submission], batch: list[int], decisions: list[Decision | None]
 ) -> list[int]:
     """Decide the sends whose event id was used before; return the others."""
     seen = await _existing(conn, [sends[i] for i in batch])
@@ -213,12 +160,14 @@ async def _not_repeats(
     return fresh
 
 
-async def _existing(conn: asyncpg.Connection, sends: list[Send]) -> dict[tuple[str, str], asyncpg.Record]:
+async def _existing(
+    conn: asyncpg.Connection, sends: list[Submission]
+) -> dict[tuple[str, str], asyncpg.Record]:
     rows = await conn.fetch(EXISTING, [s.principal.tenant_id for s in sends], [s.req.event_id for s in sends])
     return {(r["tenant_id"], r["event_id"]): r for r in rows}
 
 
-def _repeat(row: asyncpg.Record, send: Send) -> Decision:
+def _repeat(row: asyncpg.Record, send: Submission) -> Decision:
     if row["request_hash"] != send.digest:
         return ApiError(
             409,
@@ -230,7 +179,7 @@ def _repeat(row: asyncpg.Record, send: Send) -> Decision:
 
 
 async def _upsert_users(
-    conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int]
+    conn: asyncpg.Connection, sends: Sequence[Submission], passed: list[int]
 ) -> dict[tuple[str, str], UUID]:
     """Upsert the inline users (sorted, so concurrent transactions lock them in one order);
     returns their ids by (tenant, external id)."""
@@ -251,7 +200,7 @@ async def _upsert_users(
 
 
 async def _insert_devices(
-    conn: asyncpg.Connection, sends: Sequence[Send], passed: list[int], recipients: dict[int, Recipient]
+    conn: asyncpg.Connection, sends: Sequence[Submission], passed: list[int], recipients: dict[int, Recipient]
 ) -> None:
     unique: set[tuple[UUID, str, str]] = set()
     for i in passed:
@@ -268,7 +217,7 @@ async def _insert_devices(
 
 async def _insert_notifications(
     conn: asyncpg.Connection,
-    sends: Sequence[Send],
+    sends: Sequence[Submission],
     passed: list[int],
     recipients: dict[int, Recipient],
     templates: dict[int, TemplateSource],

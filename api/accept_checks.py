@@ -16,12 +16,12 @@ from uuid import UUID
 import asyncpg
 
 from api.errors import ApiError
+from api.submission import Decision, Submission
+from core.render import Renderer, RenderError
+from core.templates import TemplateSource, resolve_template_pg
 from schema.enums import Channel
-from workers.render import Renderer, RenderError
-from workers.templates import TemplateSource, resolve_template_pg
 
 if TYPE_CHECKING:
-    from api.accept import Decision, Send
     from api.models import UserIn
 
 
@@ -62,7 +62,7 @@ def render_error(exc: RenderError) -> ApiError:
 
 
 async def find_recipients(
-    conn: asyncpg.Connection, sends: Sequence[Send], fresh: list[int], decisions: list[Decision | None]
+    conn: asyncpg.Connection, sends: Sequence[Submission], fresh: list[int], decisions: list[Decision | None]
 ) -> dict[int, Recipient]:
     """Each send's recipient as it will be once its inline details are upserted; refuses sends to an
     unknown ``user_id`` and sends whose channel has no contact."""
@@ -110,7 +110,7 @@ def _already_stored(user: UserIn, row: asyncpg.Record) -> bool:
 
 async def check_push_devices(
     conn: asyncpg.Connection,
-    sends: Sequence[Send],
+    sends: Sequence[Submission],
     recipients: dict[int, Recipient],
     decisions: list[Decision | None],
 ) -> None:
@@ -138,12 +138,12 @@ async def check_push_devices(
 async def check_content(
     conn: asyncpg.Connection,
     renderer: Renderer,
-    sends: Sequence[Send],
+    sends: Sequence[Submission],
     recipients: dict[int, Recipient],
     decisions: list[Decision | None],
 ) -> dict[int, TemplateSource]:
     """Render once now so a send that cannot render is refused (422) rather than failing later
-    (inline content rendered before the transaction brings its outcome: ``Send.rendered``).
+    (inline content rendered before the transaction brings its outcome: ``Submission.rendered``).
     Returns the template each templated send will use."""
     resolved: dict[tuple[Any, ...], TemplateSource | None] = {}
     templates: dict[int, TemplateSource] = {}

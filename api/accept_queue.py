@@ -20,17 +20,18 @@ from dataclasses import replace
 
 import asyncpg
 
-from api.accept import AcceptResult, Decision, Prerendered, Send, accept_many
+from api.accept import accept_many
 from api.errors import is_db_unavailable
+from api.submission import AcceptResult, Decision, Prerendered, Submission
 from clarion.coalesce import Coalescer
+from core.render import Renderer, RenderError
 from schema.enums import Channel
-from workers.render import Renderer, RenderError
 
 log = logging.getLogger(__name__)
 
 
 async def accept_isolated(
-    *, pool: asyncpg.Pool, renderer: Renderer, sends: Sequence[Send]
+    *, pool: asyncpg.Pool, renderer: Renderer, sends: Sequence[Submission]
 ) -> list[Decision | Exception]:
     """Accept ``sends`` together; if that transaction fails, accept each alone. Returns, in order,
     each send's decision or the exception its own transaction raised."""
@@ -61,14 +62,14 @@ class AcceptQueue:
     ) -> None:
         self._pool, self._renderer = pool, renderer
 
-        async def run(sends: list[Send]) -> list[Decision | Exception]:
+        async def run(sends: list[Submission]) -> list[Decision | Exception]:
             return await accept_isolated(pool=pool, renderer=renderer, sends=sends)
 
-        self._sends: Coalescer[Send, AcceptResult] = Coalescer(
+        self._sends: Coalescer[Submission, AcceptResult] = Coalescer(
             run, max_batch=max_batch, max_in_flight=max_in_flight, name="clarion-accept"
         )
 
-    async def accept(self, send: Send) -> AcceptResult:
+    async def accept(self, send: Submission) -> AcceptResult:
         """The send's result once its row is committed; raises the ``ApiError`` that refused it, or
         what the database raised.
 
@@ -89,8 +90,8 @@ class AcceptQueue:
         return await self._sends.submit(send)
 
 
-async def prerender(renderer: Renderer, send: Send) -> Send:
-    """``send`` with its inline content rendered (``Send.rendered``), outside any transaction."""
+async def prerender(renderer: Renderer, send: Submission) -> Submission:
+    """``send`` with its inline content rendered (``Submission.rendered``), outside any transaction."""
     assert send.req.content is not None
     content, req = send.req.content, send.req
     try:

@@ -31,8 +31,8 @@ from api.routes import webhooks as webhook_routes
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.settings import Settings
+from core.render import Renderer
 from schema.db import create_engine
-from workers.render import Renderer
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -7,12 +7,12 @@ from typing import Any
 import asyncpg
 from pydantic import ValidationError
 
-from api.accept import AcceptResult, Send
 from api.accept_queue import accept_isolated
 from api.errors import ApiError, is_unstorable_value, validation_error
 from api.models import BatchItemOut, NotificationIn
+from api.submission import AcceptResult, Submission
 from clarion.tenants import Principal
-from workers.render import Renderer, RequestBudget
+from core.render import Renderer, RequestBudget
 
 # One render budget for the whole request, not one per item: 20 items each spending the 200 ms
 # per-render limit froze the API for 14 s before renders ran off the loop, and 1,000 would take
@@ -31,11 +31,11 @@ async def accept_batch(
     decided in order, so the later one is the duplicate (or the 409).
     """
     refused: dict[int, ApiError] = {}
-    sends: list[tuple[int, Send]] = []
+    sends: list[tuple[int, Submission]] = []
     budget = RequestBudget(BATCH_RENDER_BUDGET_MS)
     for index, raw in enumerate(items):
         try:
-            sends.append((index, Send.of(principal, NotificationIn.model_validate(raw), budget)))
+            sends.append((index, Submission.of(principal, NotificationIn.model_validate(raw), budget)))
         except ValidationError as exc:
             refused[index] = validation_error(exc.errors(include_url=False))
     async with renderer.turn(principal.tenant_id):  # the items render back to back (Renderer.turn)

@@ -25,7 +25,8 @@ from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
 from clarion.settings import Settings
 from clarion.tenants import Principal
-from workers.ratelimit import Allowed, RateLimiter, RetryAfter, Rule, build_rate_limiter, rate_limit_headers
+from core.limiter import build_rate_limiter
+from core.ratelimit import Allowed, RateLimiter, RetryAfter, Rule, rate_limit_headers
 
 HEADERS_STATE = "rate_limit_headers"
 

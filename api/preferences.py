@@ -25,9 +25,9 @@ from api.models import NAME
 from api.users import user_id_for
 from clarion.settings import Settings
 from clarion.tokens import InvalidToken, TokenClaims, make_token, verify_token
+from core.preferences import ANY, CategoryRule, decide
 from schema.enums import Channel
 from schema.models import Category, Preference, User
-from workers.preferences import ANY, CategoryRule, decide
 
 _users = User.__table__  # type: ignore[attr-defined]
 _prefs = Preference.__table__  # type: ignore[attr-defined]

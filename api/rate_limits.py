@@ -45,10 +45,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
 from api.json_types import JSON_NUMBER, JsonInt
+from core.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 from providers.registry import REAL_PROVIDERS
 from schema.enums import Channel
 from schema.models import RateLimitRule, Tenant
-from workers.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 
 _rules = RateLimitRule.__table__  # type: ignore[attr-defined]
 _tenants = Tenant.__table__  # type: ignore[attr-defined]

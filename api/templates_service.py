@@ -21,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.accept_checks import render_error
 from api.errors import ApiError
 from api.models import NAME
+from core.render import Renderer, RenderError
+from core.templates import resolve_template
 from schema.enums import Channel
 from schema.ids import uuid7
 from schema.models import Template
-from workers.render import Renderer, RenderError
-from workers.templates import resolve_template
 
 _templates = Template.__table__  # type: ignore[attr-defined]
 LOCALE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from workers.ratelimit import MemoryRateLimiter, Rule
-from workers.ratelimit_redis import RedisRateLimiter
+from core.ratelimit import MemoryRateLimiter, Rule
+from core.ratelimit_redis import RedisRateLimiter
 
 ROW_S = 3.0
 TASKS = 50

@@ -118,7 +118,7 @@ class Stack:
         return env
 
     def clarion(self, name: str, *args: str, **extra_env: str) -> Proc:
-        return self.sup.python(name, "clarion.cli", *args, env=self.env(**extra_env))
+        return self.sup.python(name, "commands.cli", *args, env=self.env(**extra_env))
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -6,7 +6,7 @@ worker process on its first decision after that, without a restart. A refresh is
 (enabled rules + tenants with a dedupe window) made by whichever caller finds the snapshot stale;
 concurrent callers wait for that one query instead of issuing their own.
 
-How a DB rule maps to a `workers.ratelimit.Rule` (key per rule id, so rules never share state):
+How a DB rule maps to a `core.ratelimit.Rule` (key per rule id, so rules never share state):
 
 - ``tenant`` / ``api_key`` / ``provider``: a rate: ``limit`` per ``period_s`` on average, up to
   ``limit + burst`` at once (GCRA).
@@ -15,7 +15,7 @@ How a DB rule maps to a `workers.ratelimit.Rule` (key per rule id, so rules neve
   first window after a quiet spell, and stricter than a sliding window under sustained traffic
   (never looser).
 
-Modes: ``hard`` and ``soft`` as in `workers.ratelimit`. An ``elastic`` rule (recipient scope
+Modes: ``hard`` and ``soft`` as in `core.ratelimit`. An ``elastic`` rule (recipient scope
 only, see `api.rate_limits`) is hard on its own key and borrows from the spare capacity of a pool
 its caller passes to `RuleSpec.to_rule`: the worker passes the provider pacing key the
 notification was just charged to (`workers.throttle`). Without a pool (no pacing rule applies)
@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
-from workers.ratelimit import ElasticPool, InvalidRule, Rule, check_rule_parameters
+from core.ratelimit import ElasticPool, InvalidRule, Rule, check_rule_parameters
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from clarion.retry_settings import RetrySettings
 from providers.settings import ProvidersSettings
-from workers.retry import RetrySettings
 
 PLACEHOLDER_SECRET = "dev-insecure-secret-change-me"
 

@@ -11,12 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from providers.apns import ApnsProvider
 from providers.base import Provider
 from providers.fcm import FcmProvider
-from providers.sandbox import SandboxProvider
+from providers.sandbox import SandboxProvider, SandboxStore
 from providers.sendgrid import SendGridProvider
 from providers.settings import ProvidersSettings
 from providers.smtp import SmtpProvider
@@ -67,12 +65,14 @@ class ProviderSet:
             await provider.aclose()
 
 
-def build_providers(settings: ProvidersSettings, *, engine: AsyncEngine) -> ProviderSet:
+def build_providers(settings: ProvidersSettings, *, sandbox_store: SandboxStore | None = None) -> ProviderSet:
     """Build the provider set from settings: every account whose credentials are configured routes its
     channel; the sandbox (when enabled) serves the rest. Opens no connection: adapters connect lazily."""
     providers = ProviderSet()
     if settings.sandbox.enabled:
-        providers.fallback = SandboxProvider(engine)
+        if sandbox_store is None:
+            raise ValueError("the sandbox is enabled: give build_providers a sandbox_store")
+        providers.fallback = SandboxProvider(sandbox_store)
     for route, (field_name, factory) in REAL_PROVIDERS.items():
         account = getattr(settings, field_name)
         if account.configured:

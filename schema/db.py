@@ -14,9 +14,19 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from clarion.pg import PLAN_EACH_STATEMENT
-
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+# Every statement planned for its own parameters. asyncpg prepares each statement once per
+# connection, and PostgreSQL then settles on a generic plan after five runs, made from the table
+# sizes of that moment: on a new or young database (a fresh deployment, a test, a benchmark) the
+# notification log looked empty then, so the hot path's lookups by event id and by id kept a
+# hash join over a sequential scan of the whole log for as long as the connection lived, and each
+# one cost more as the log grew (1.8 ms for 14 event ids at 20,000 rows, the largest share of the
+# database's time in ``bench.e2e``). Clarion's hot statements are set-based, run once per batch of
+# sends, so planning each run costs a fraction of a millisecond per batch. Set once a connection is
+# open, not in the startup packet: poolers such as PgBouncer refuse settings they do not know there.
+PLAN_EACH_STATEMENT = "SET plan_cache_mode = force_custom_plan"
 
 
 def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:

@@ -19,11 +19,11 @@ from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
+from core.templates import install_default_templates
 from schema.db import create_engine
 from schema.enums import Channel
 from tests.fixtures.services import ApiServer, drop_database, fresh_database
 from workers.app import Worker
-from workers.templates import install_default_templates
 
 
 @pytest.fixture(scope="session")

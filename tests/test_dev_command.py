@@ -15,7 +15,7 @@ import sys
 import httpx
 
 from clarion.broker import free_port
-from clarion.runner import first_send_curl
+from commands.runner import first_send_curl
 from tests.fixtures.services import ROOT, drop_database, pg_url, wait_until
 
 
@@ -32,7 +32,7 @@ async def test_clarion_dev_runs_everything_and_stops_cleanly_on_ctrl_c() -> None
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
     env.update({"CLARION_DATABASE_URL": database_url, "CLARION_DEV_API_KEY": key})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "clarion.cli", "dev", "--port", str(port),
+        sys.executable, "-m", "commands.cli", "dev", "--port", str(port),
         cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:

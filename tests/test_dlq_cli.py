@@ -50,7 +50,7 @@ async def clarion(settings: Settings, *args: str) -> subprocess.CompletedProcess
     env.pop("CLARION_KAFKA_BOOTSTRAP")  # the relay publishes what a redrive re-queues
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "clarion.cli", *args],
+        [sys.executable, "-m", "commands.cli", *args],
         env=env,
         cwd=ROOT,
         capture_output=True,

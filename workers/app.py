@@ -58,7 +58,6 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -66,22 +65,24 @@ from uuid import UUID
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
+from clarion.sandbox_store import PgSandboxStore
 from clarion.settings import Settings
+from core.render import Renderer
 from providers.registry import ProviderSet, build_providers
-from schema.db import create_engine
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage, topic
 from workers.breaker import Breakers
+from workers.content import Content
 from workers.lanes import LanePriority
 from workers.outcome import Outcome
 from workers.pipeline import Pipeline, decode
-from workers.render import Renderer
+from workers.record import until_done
 from workers.retry import RetryPolicy
+from workers.send import Sender
 from workers.wiring import build_steps
 
 log = logging.getLogger(__name__)
@@ -103,14 +104,13 @@ class Worker:
             raise ValueError("CLARION_KAFKA_BOOTSTRAP must be set for a worker (clarion dev sets it for you)")
         self.settings = settings
         self.channel = channel
-        self.policy = policy or settings.retry.policy(channel)
+        self.policy = policy or RetryPolicy.of(settings.retry, channel)
         self.breakers = Breakers(settings.retry.breaker)
         self._own_providers = providers is None
         self._providers = providers
         self.broker = KafkaBroker(settings.kafka_bootstrap, logger=None)
         self.publisher = Publisher(settings.kafka_bootstrap)
         self.pipeline: Pipeline | None = None
-        self._engine: AsyncEngine | None = None
         self.lanes = LanePriority(
             chunk=settings.worker_bulk_chunk, max_wait_s=settings.worker_bulk_yield_max_s
         )
@@ -200,21 +200,9 @@ class Worker:
         # Hold the batch until its outcomes are recorded; never skip it. Processing is retried only
         # while it fails before any claim (database away); once provider calls were made, only the
         # recording is retried, with the same outcomes, so a database outage never sends twice.
-        outcomes = await self._until_done("processed", lambda: pipeline.process(messages))
-        await self._until_done("recorded", lambda: pipeline.record(outcomes))
+        outcomes = await until_done("processed", lambda: pipeline.process(messages))
+        await until_done("recorded", lambda: pipeline.record(outcomes))
         await self._forward(messages, outcomes)
-
-    async def _until_done(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
-        delay_s = 0.5
-        while True:
-            try:
-                return await step()
-            except Exception as exc:
-                log.warning(
-                    "batch not %s (%s: %s); retrying in %.1fs", what, type(exc).__name__, exc, delay_s
-                )
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, 10.0)
 
     async def _forward(self, messages: list[NotificationMessage], outcomes: list[Outcome]) -> None:
         by_id = {m.id: m for m in messages}
@@ -251,26 +239,32 @@ class Worker:
 
     async def start(self) -> None:
         settings = self.settings
-        self._engine = create_engine(settings.database_url, pool_size=4)
         pool = await create_pool(settings.database_url, size=settings.db_pool_size)
         if self._providers is None:
-            self._providers = build_providers(settings.providers, engine=self._engine)
+            self._providers = build_providers(
+                settings.providers, sandbox_store=PgSandboxStore(settings.database_url)
+            )
         steps = build_steps(settings=settings, channel=self.channel, pool=pool)
+        sender = Sender(
+            channel=self.channel,
+            pool=pool,
+            providers=self._providers,
+            policy=self.policy,
+            breakers=self.breakers,
+            unsubscribe_url=steps.unsubscribe_url,
+            on_provider_error=steps.on_provider_error,
+        )
         self.pipeline = Pipeline(
             channel=self.channel,
             pool=pool,
-            engine=self._engine,
-            providers=self._providers,
-            renderer=Renderer(),
+            content=Content(pool=pool, renderer=Renderer()),
+            sender=sender,
             policy=self.policy,
             lease_s=settings.lease_s,
             concurrency=settings.worker_concurrency,
             max_claims=settings.max_claims,
             screens=steps.screens,
             gates=steps.gates,
-            unsubscribe_url=steps.unsubscribe_url,
-            on_provider_error=steps.on_provider_error,
-            breakers=self.breakers,
         )
         await asyncio.gather(self.broker.start(), self.retry_broker.start())
         # Everything built so far (modules, pools, providers, consumers: ~200k objects) lives as
@@ -288,8 +282,6 @@ class Worker:
         if self._own_providers and self._providers is not None:
             await self._providers.aclose()
             self._providers = None
-        if self._engine is not None:
-            await self._engine.dispose()
 
 
 WAITING = """

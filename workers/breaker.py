@@ -26,28 +26,11 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from pydantic import BaseModel, Field
-
 from clarion import metrics
+from clarion.retry_settings import BreakerSettings
 
 CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
 _GAUGE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
-
-
-class BreakerSettings(BaseModel):
-    """``CLARION_RETRY__BREAKER__<FIELD>``."""
-
-    enabled: bool = Field(default=True, description="Use circuit breakers in front of providers.")
-    failure_rate: float = Field(
-        default=0.5, gt=0, le=1, description="Share of transient failures in the window that opens it."
-    )
-    window_s: float = Field(default=30.0, gt=0, description="Length of the rolling window, in seconds.")
-    min_calls: int = Field(
-        default=10, ge=1, description="Calls the window must hold before the failure rate is judged."
-    )
-    cool_down_s: float = Field(
-        default=30.0, gt=0, description="How long an open breaker refuses calls before one probe."
-    )
 
 
 class CircuitOpen(Exception):

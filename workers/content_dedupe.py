@@ -31,11 +31,11 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from clarion.rules import RulesCache
+from core.render import RenderedContent, Renderer
 from schema.enums import Status
+from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent, Renderer
-from workers.steps import Row
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +72,26 @@ class ContentDedupeGate:
         self.redis = redis
         self.key_prefix = key_prefix
 
-    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
+    async def admit(
+        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
+    ) -> Outcome | None:
         """None to send (this notification now owns the content for the window), else ``duplicate``."""
-        window_s = (await self.rules.current()).dedupe_window_s(row["tenant_id"])
+        window_s = (await self.rules.current()).dedupe_window_s(row.tenant_id)
         if not window_s:
             return None
-        digest = self.renderer.content_hash(content, recipient=str(row["user_id"]), channel=row["channel"])
-        key = f"{row['tenant_id']}:{row['user_id']}:{row['channel']}:{digest}"
+        digest = self.renderer.content_hash(content, recipient=str(row.user_id), channel=row.channel)
+        key = f"{row.tenant_id}:{row.user_id}:{row.channel}:{digest}"
         if self.redis is not None:
-            first = await self._claim_redis(key, row["id"], window_s)
+            first = await self._claim_redis(key, row.id, window_s)
         else:
             first = await self._claim_pg(key, row, digest, window_s)
         if first is None:
             return None
         return Outcome(
-            row["id"],
-            Status.duplicate.value,
+            notification_id=row.id,
+            status=Status.duplicate,
             error_code="content_duplicate",
-            error_message=f"the same content reached this user on {row['channel']} within "
+            error_message=f"the same content reached this user on {row.channel} within "
             f"{window_s}s (notification {first})",
             detail=f"duplicate of {first}",
             content_hash=digest,
@@ -115,15 +117,13 @@ class ContentDedupeGate:
         status = await self.pool.fetchval("SELECT status FROM notifications WHERE id = $1::uuid", holder)
         return status in _FINISHED_UNSENT  # a row gone missing keeps its key until the window ends
 
-    async def _claim_pg(self, key: str, row: Row, digest: str, window_s: int) -> str | None:
+    async def _claim_pg(self, key: str, row: ClaimedNotification, digest: str, window_s: int) -> str | None:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
-            first = await conn.fetchval(
-                _PG_FIRST, row["user_id"], row["channel"], digest, row["id"], window_s
-            )
+            first = await conn.fetchval(_PG_FIRST, row.user_id, row.channel, digest, row.id, window_s)
             if first is not None:
                 return str(first)
-            await conn.execute("UPDATE notifications SET content_hash = $2 WHERE id = $1", row["id"], digest)
+            await conn.execute("UPDATE notifications SET content_hash = $2 WHERE id = $1", row.id, digest)
         return None
 
 

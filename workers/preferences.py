@@ -1,67 +1,17 @@
-"""Opt-out: a notification the user does not want is ``suppressed`` before it is rendered.
-
-Resolution, most specific first (see :func:`decide`): the user's preference for this channel in
-this category, then for the category on every channel, then for the channel in every category,
-then for everything; failing all, the tenant's default for the category (opted in when the
-category was never declared). A ``required`` category (security alerts, OTPs) is never suppressed
-by an opt-out, whatever the priority: ``critical`` alone does not override an opt-out.
-
-Preferences are read when the notification is claimed, so a change applies to every notification
-not yet sent, also one waiting in ``delayed`` or ``retrying``.
-"""
+"""The preferences screen: a notification the user does not want is ``suppressed`` before it is
+rendered; the resolution order is ``core.preferences.decide``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from uuid import UUID
 
 import asyncpg
 
 from clarion.tokens import make_token
+from core.preferences import ANY, CategoryRule, decide
 from schema.enums import Status
+from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
-from workers.steps import Row
-
-ANY = "*"
-
-
-@dataclass(frozen=True, slots=True)
-class CategoryRule:
-    """A tenant's declared category (an undeclared one behaves as the defaults here)."""
-
-    default_opted_in: bool = True
-    required: bool = False
-    email_quiet_hours: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    opted_in: bool
-    source: str  # which preference (or default) decided, for people reading the log
-
-
-def decide(
-    *, prefs: Mapping[tuple[str, str], bool], channel: str, category: str, rule: CategoryRule | None
-) -> Decision:
-    """Whether the user wants ``channel`` messages in ``category``, and what decided it.
-
-    ``prefs`` maps (channel or ``*``, category or ``*``) to opted in. Required categories are
-    always opted in.
-    """
-    rule = rule or CategoryRule()
-    if rule.required:
-        return Decision(True, f"category '{category}' is required")
-    for key, source in (
-        ((channel, category), f"channel={channel} category={category}"),
-        ((ANY, category), f"category={category}"),
-        ((channel, ANY), f"channel={channel}"),
-        ((ANY, ANY), "all channels and categories"),
-    ):
-        if key in prefs:
-            return Decision(prefs[key], f"preference {source}")
-    state = "in" if rule.default_opted_in else "out"
-    return Decision(rule.default_opted_in, f"category '{category}' default (opted {state})")
 
 
 async def load_rules(
@@ -103,54 +53,53 @@ class PreferencesScreen:
         self.token_ttl_s = token_ttl_s
         self._required: dict[tuple[str, str], bool] = {}
 
-    async def screen(self, rows: list[Row]) -> dict[UUID, Outcome]:
+    async def screen(self, rows: list[ClaimedNotification]) -> dict[UUID, Outcome]:
         """Outcomes ``suppressed`` for opted-out notifications; every other id goes on."""
-        rules = await load_rules(pool=self.pool, pairs={(r["tenant_id"], r["category"]) for r in rows})
+        rules = await load_rules(pool=self.pool, pairs={(r.tenant_id, r.category) for r in rows})
         if len(self._required) > self._MAX_REMEMBERED:
             self._required.clear()
         for r in rows:
-            rule = rules.get((r["tenant_id"], r["category"]))
-            self._required[(r["tenant_id"], r["category"])] = bool(rule and rule.required)
+            rule = rules.get((r.tenant_id, r.category))
+            self._required[(r.tenant_id, r.category)] = bool(rule and rule.required)
         prefs: dict[UUID, dict[tuple[str, str], bool]] = {}
         for p in await self.pool.fetch(
             "SELECT user_id, channel, category, opted_in FROM preferences"
             " WHERE user_id = ANY($1::uuid[]) AND category = ANY($2::text[])",
-            list({r["user_id"] for r in rows}),
-            [*{r["category"] for r in rows}, ANY],
+            list({r.user_id for r in rows}),
+            [*{r.category for r in rows}, ANY],
         ):
             prefs.setdefault(p["user_id"], {})[(p["channel"], p["category"])] = p["opted_in"]
         stopped: dict[UUID, Outcome] = {}
         for r in rows:
             decision = decide(
-                prefs=prefs.get(r["user_id"], {}),
-                channel=r["channel"],
-                category=r["category"],
-                rule=rules.get((r["tenant_id"], r["category"])),
+                prefs=prefs.get(r.user_id, {}),
+                channel=r.channel,
+                category=r.category,
+                rule=rules.get((r.tenant_id, r.category)),
             )
             if not decision.opted_in:
-                stopped[r["id"]] = Outcome(
-                    r["id"],
-                    Status.suppressed.value,
+                stopped[r.id] = Outcome(
+                    notification_id=r.id,
+                    status=Status.suppressed,
                     error_code="opted_out",
                     error_message=(
-                        f"the user opted out of {r['channel']} in category '{r['category']}'"
-                        f" ({decision.source})"
+                        f"the user opted out of {r.channel} in category '{r.category}' ({decision.source})"
                     ),
                     detail=f"opted_out: {decision.source}",
                 )
         return stopped
 
-    def unsubscribe_url(self, row: Row) -> str | None:
+    def unsubscribe_url(self, row: ClaimedNotification) -> str | None:
         """``{base_url}/v1/unsubscribe?token=...`` for the row's user and category, or None when the
         category is required."""
-        if self._required.get((row["tenant_id"], row["category"]), False):
+        if self._required.get((row.tenant_id, row.category), False):
             return None
         token = make_token(
             secret=self.secret,
-            tenant_id=row["tenant_id"],
-            user_id=row["user_id"],
+            tenant_id=row.tenant_id,
+            user_id=row.user_id,
             purpose="unsubscribe",
-            category=row["category"],
+            category=row.category,
             ttl_s=self.token_ttl_s,
         )
         return f"{self.base_url}/v1/unsubscribe?token={token}"

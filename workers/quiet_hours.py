@@ -22,9 +22,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import asyncpg
 
 from schema.enums import Channel, Priority, Status
+from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
 from workers.preferences import load_rules
-from workers.steps import Row
 
 log = logging.getLogger(__name__)
 
@@ -69,32 +69,33 @@ class QuietHoursScreen:
     def __init__(self, *, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def screen(self, rows: list[Row]) -> dict[UUID, Outcome]:
+    async def screen(self, rows: list[ClaimedNotification]) -> dict[UUID, Outcome]:
         """A ``delayed`` outcome with ``not_before`` = the end of quiet hours for each held row."""
         quiet = [
             r
             for r in rows
-            if r["quiet_hours_start"] and r["quiet_hours_end"] and r["priority"] != Priority.critical.value
+            if r.quiet_hours_start and r.quiet_hours_end and r.priority != Priority.critical.value
         ]
-        email = {(r["tenant_id"], r["category"]) for r in quiet if r["channel"] == Channel.email.value}
+        email = {(r.tenant_id, r.category) for r in quiet if r.channel == Channel.email.value}
         rules = await load_rules(pool=self.pool, pairs=email) if email else {}
         now = datetime.now(UTC)
         stopped: dict[UUID, Outcome] = {}
         for r in quiet:
-            if r["channel"] == Channel.email.value:
-                rule = rules.get((r["tenant_id"], r["category"]))
+            assert r.quiet_hours_start is not None and r.quiet_hours_end is not None
+            if r.channel == Channel.email.value:
+                rule = rules.get((r.tenant_id, r.category))
                 if rule is None or not rule.email_quiet_hours:
                     continue
             until = quiet_hours_end(
-                now=now, timezone=r["timezone"], start=r["quiet_hours_start"], end=r["quiet_hours_end"]
+                now=now, timezone=r.timezone, start=r.quiet_hours_start, end=r.quiet_hours_end
             )
             if until is None:
                 continue
-            stopped[r["id"]] = Outcome(
-                r["id"],
-                Status.delayed.value,
+            stopped[r.id] = Outcome(
+                notification_id=r.id,
+                status=Status.delayed,
                 error_code="quiet_hours",
-                error_message=f"held until the user's quiet hours end at {r['quiet_hours_end']} ({r['timezone'] or 'UTC'})",
+                error_message=f"held until the user's quiet hours end at {r.quiet_hours_end} ({r.timezone or 'UTC'})",
                 not_before=until,
                 detail=f"quiet hours until {until.isoformat()}",
             )

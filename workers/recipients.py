@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 
 from schema.enums import Channel
+from workers.claim import ClaimedNotification
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,20 +18,20 @@ class Address:
     platform: str | None = None
 
 
-async def addresses_for(*, pool: asyncpg.Pool, rows: list[dict[str, Any]]) -> dict[UUID, list[Address]]:
+async def addresses_for(*, pool: asyncpg.Pool, rows: list[ClaimedNotification]) -> dict[UUID, list[Address]]:
     """Addresses per notification: push gets every active device not yet sent to by an earlier
     attempt of the same notification (so a retry never re-sends to a device that succeeded)."""
     result: dict[UUID, list[Address]] = {}
-    push = [r for r in rows if r["channel"] == Channel.push.value]
+    push = [r for r in rows if r.channel == Channel.push.value]
     devices: dict[UUID, list[Address]] = defaultdict(list)
     done: dict[UUID, set[str]] = defaultdict(set)
     if push:
         for d in await pool.fetch(
             "SELECT user_id, platform, token FROM devices WHERE user_id = ANY($1::uuid[]) AND active ORDER BY created_at",
-            list({r["user_id"] for r in push}),
+            list({r.user_id for r in push}),
         ):
             devices[d["user_id"]].append(Address(d["token"], d["platform"]))
-        retried = [r["id"] for r in push if r["attempts"] > 0]
+        retried = [r.id for r in push if r.attempts > 0]
         if retried:
             for a in await pool.fetch(
                 "SELECT notification_id, recipient FROM delivery_attempts"
@@ -40,13 +40,13 @@ async def addresses_for(*, pool: asyncpg.Pool, rows: list[dict[str, Any]]) -> di
             ):
                 done[a["notification_id"]].add(a["recipient"])
     for r in rows:
-        channel = r["channel"]
+        channel = r.channel
         if channel == Channel.email.value:
-            result[r["id"]] = [Address(r["email"])] if r["email"] else []
+            result[r.id] = [Address(r.email)] if r.email else []
         elif channel == Channel.sms.value:
-            result[r["id"]] = [Address(r["phone"])] if r["phone"] else []
+            result[r.id] = [Address(r.phone)] if r.phone else []
         else:
-            result[r["id"]] = [a for a in devices.get(r["user_id"], []) if a.to not in done[r["id"]]]
+            result[r.id] = [a for a in devices.get(r.user_id, []) if a.to not in done[r.id]]
     return result
 
 

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base, wait_random_exponential
 
+from clarion.retry_settings import RetrySettings
 from providers.errors import TransientProviderError
 from schema.enums import Channel
-from workers.breaker import BreakerSettings
 
 T = TypeVar("T")
 AttemptHook = Callable[[datetime, datetime, BaseException | None], None]
@@ -75,6 +74,19 @@ class RetryPolicy:
     max_attempts: int = 8
     retry_base_s: float = 2.0
     retry_max_s: float = 900.0
+
+    @classmethod
+    def of(cls, settings: RetrySettings, channel: Channel) -> RetryPolicy:
+        """The policy a ``channel`` worker uses."""
+        return cls(
+            in_process_attempts=settings.in_process_attempts,
+            base_s=settings.base_s,
+            max_wait_s=settings.max_wait_s,
+            attempt_timeout_s=settings.attempt_timeout_s,
+            max_attempts=settings.max_attempts_for(channel),
+            retry_base_s=settings.retry_base_s,
+            retry_max_s=settings.retry_max_s,
+        )
 
     async def run(
         self,
@@ -152,63 +164,3 @@ class RetryPolicy:
     def remaining(self, attempts: int) -> int:
         """Provider calls still allowed after ``attempts``."""
         return max(self.max_attempts - attempts, 0)
-
-
-class RetrySettings(BaseModel):
-    """``CLARION_RETRY__<FIELD>``: both retry tiers, per-channel attempt limits, the breakers."""
-
-    in_process_attempts: int = Field(
-        default=3, ge=1, description="Provider calls per delivery before rescheduling via the retry topic."
-    )
-    base_s: float = Field(
-        default=0.05, gt=0, description="Base of the in-process exponential backoff, in seconds."
-    )
-    max_wait_s: float = Field(
-        default=2.0,
-        ge=0,
-        description="Longest in-process wait between calls (also the cap on a provider's Retry-After "
-        "honoured in-process; a longer hint reschedules instead).",
-    )
-    attempt_timeout_s: float = Field(
-        default=10.0, gt=0, description="Timeout of one provider call, in seconds."
-    )
-    max_attempts: int = Field(
-        default=8, ge=1, description="Provider calls before a notification is dead (any channel)."
-    )
-    max_attempts_push: int | None = Field(
-        default=None, ge=1, description="Override of max_attempts for push."
-    )
-    max_attempts_sms: int | None = Field(default=None, ge=1, description="Override of max_attempts for SMS.")
-    max_attempts_email: int | None = Field(
-        default=None, ge=1, description="Override of max_attempts for email."
-    )
-    retry_base_s: float = Field(
-        default=2.0, gt=0, description="Delay before the first scheduled retry (doubles each attempt)."
-    )
-    retry_max_s: float = Field(default=900.0, gt=0, description="Longest delay between scheduled retries.")
-    hold_max_s: float = Field(
-        default=5.0,
-        ge=0,
-        description="Longest the retry lane waits for a not-yet-due record before leaving it to the "
-        "relay's not_before scan (bounds how long a retry partition is held).",
-    )
-    breaker: BreakerSettings = Field(
-        default_factory=BreakerSettings, description="Per-provider circuit breakers."
-    )
-
-    def policy(self, channel: Channel) -> RetryPolicy:
-        """The policy a ``channel`` worker uses."""
-        override = {
-            Channel.push: self.max_attempts_push,
-            Channel.sms: self.max_attempts_sms,
-            Channel.email: self.max_attempts_email,
-        }[channel]
-        return RetryPolicy(
-            in_process_attempts=self.in_process_attempts,
-            base_s=self.base_s,
-            max_wait_s=self.max_wait_s,
-            attempt_timeout_s=self.attempt_timeout_s,
-            max_attempts=override or self.max_attempts,
-            retry_base_s=self.retry_base_s,
-            retry_max_s=self.retry_max_s,
-        )

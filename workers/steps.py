@@ -12,20 +12,19 @@ delay) and the relay republishes delayed notifications when they are due.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
+from core.render import RenderedContent
+from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent
-
-Row = dict[str, Any]
 
 
 class Screen(Protocol):
     name: str
 
-    async def screen(self, rows: list[Row]) -> dict[UUID, Outcome]:
+    async def screen(self, rows: list[ClaimedNotification]) -> dict[UUID, Outcome]:
         """Outcomes for the notifications that must not be sent now; absent ids go on."""
         ...
 
@@ -33,6 +32,8 @@ class Screen(Protocol):
 class Gate(Protocol):
     name: str
 
-    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
+    async def admit(
+        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
+    ) -> Outcome | None:
         """None to send now, or the outcome that stops this notification."""
         ...

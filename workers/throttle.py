@@ -34,18 +34,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
-from providers.errors import ProviderError
-from providers.registry import REAL_PROVIDERS
-from providers.sandbox import SandboxProvider
-from providers.settings import ProvidersSettings
-from providers.smtp import SmtpProvider
-from schema.enums import Channel, Priority, Status
-from workers.outcome import Outcome
-from workers.ratelimit import (
+from core.limiter import build_rate_limiter
+from core.ratelimit import (
     Allowed,
     Decision,
     ElasticPool,
@@ -54,11 +47,17 @@ from workers.ratelimit import (
     RateLimiter,
     RetryAfter,
     Rule,
-    build_rate_limiter,
 )
+from core.render import RenderedContent
+from providers.errors import ProviderError
+from providers.registry import REAL_PROVIDERS
+from providers.sandbox import SandboxProvider
+from providers.settings import ProvidersSettings
+from providers.smtp import SmtpProvider
+from schema.enums import Channel, Priority, Status
+from workers.claim import ClaimedNotification
+from workers.outcome import Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent
-from workers.steps import Row
 
 # GSM 03.38: the basic set costs one septet, the extension table two (escape + char).
 _GSM7_BASIC = frozenset(
@@ -197,10 +196,12 @@ class ThrottleGate:
         self._clock = clock
         self._next_slot: dict[str, datetime] = {}  # key -> latest not_before handed out for it
 
-    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
+    async def admit(
+        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
+    ) -> Outcome | None:
         """None to send now; else ``delayed`` (with ``not_before``) or ``throttled``."""
         snapshot = await self.rules.current()
-        tenant, channel = row["tenant_id"], row["channel"]
+        tenant, channel = row.tenant_id, row.channel
         costs: dict[str, int] = defaultdict(int)
         for address in addresses:
             name = self.provider_name(address.platform)
@@ -213,12 +214,12 @@ class ThrottleGate:
         ]
         paced = await self._acquire(pacing)
         stop = self._verdict(row, pacing, paced)
-        if stop is not None or row["priority"] == Priority.critical.value:
+        if stop is not None or row.priority == Priority.critical.value:
             return stop
         pool = _spare_capacity_pool(pacing, paced)
         caps = [
             (spec, _recipient_key(spec, row), spec.to_rule(elastic_pool=pool), 1)
-            for spec in snapshot.recipient_rules(tenant, channel, row["category"])
+            for spec in snapshot.recipient_rules(tenant, channel, row.category)
         ]
         return self._verdict(row, caps, await self._acquire(caps))
 
@@ -229,7 +230,9 @@ class ThrottleGate:
             [(key, rule, min(cost, rule.capacity)) for _, key, rule, cost in checks]
         )
 
-    def _verdict(self, row: Row, checks: list[Check], decisions: list[Decision]) -> Outcome | None:
+    def _verdict(
+        self, row: ClaimedNotification, checks: list[Check], decisions: list[Decision]
+    ) -> Outcome | None:
         refused = [
             (spec, key, rule, d)
             for (spec, key, rule, _), d in zip(checks, decisions, strict=True)
@@ -251,8 +254,8 @@ class ThrottleGate:
         if dropping:
             spec = dropping[0][0]
             return Outcome(
-                row["id"],
-                Status.throttled.value,
+                notification_id=row.id,
+                status=Status.throttled,
                 error_code="rate_limited",
                 error_message=f"dropped by {spec.scope} rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)",
                 detail=f"rule {spec.label}",
@@ -260,8 +263,8 @@ class ThrottleGate:
         not_before = max(self._slot(key, rule, d) for _, key, rule, d in refused)
         spec = max(refused, key=lambda r: r[3].retry_after_ms)[0]
         return Outcome(
-            row["id"],
-            Status.delayed.value,
+            notification_id=row.id,
+            status=Status.delayed,
             error_code="rate_limited",
             error_message=f"held by {spec.scope} rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)",
             not_before=not_before,
@@ -294,6 +297,6 @@ def _spare_capacity_pool(pacing: list[Check], decisions: list[Decision]) -> Elas
     return ElasticPool(key, rule, read_only=True)
 
 
-def _recipient_key(spec: RuleSpec, row: dict[str, Any]) -> str:
-    key = f"recipient:{spec.id}:{row['tenant_id']}:{row['user_id']}:{row['channel']}"
-    return key + f":{row['category']}" if spec.category else key
+def _recipient_key(spec: RuleSpec, row: ClaimedNotification) -> str:
+    key = f"recipient:{spec.id}:{row.tenant_id}:{row.user_id}:{row.channel}"
+    return key + f":{row.category}" if spec.category else key

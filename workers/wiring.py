@@ -14,10 +14,11 @@ from clarion.rules import RulesCache
 from clarion.settings import Settings
 from providers.errors import ProviderError
 from schema.enums import Channel
+from workers.claim import ClaimedNotification
 from workers.content_dedupe import build_content_dedupe
 from workers.preferences import PreferencesScreen
 from workers.quiet_hours import QuietHoursScreen
-from workers.steps import Gate, Row, Screen
+from workers.steps import Gate, Screen
 from workers.throttle import AdaptivePacing, ThrottleGate, provider_names, shared_rate_limiter
 
 
@@ -25,7 +26,7 @@ from workers.throttle import AdaptivePacing, ThrottleGate, provider_names, share
 class Steps:
     screens: list[Screen] = field(default_factory=list)
     gates: list[Gate] = field(default_factory=list)
-    unsubscribe_url: Callable[[Row], str | None] | None = None
+    unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None
     on_provider_error: Callable[[ProviderError], None] | None = None
 
 

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from api.accept import Send
 from api.auth import authorize, require
 from api.batch import accept_batch
 from api.errors import ApiError, validation_error
@@ -19,6 +18,7 @@ from api.lifecycle import cancel_notification
 from api.models import Accepted, BatchIn, BatchOut, Cancelled, NotificationIn, NotificationOut
 from api.openapi_doc import KEYED
 from api.queries import get_notification
+from api.submission import Submission
 from clarion import metrics
 from clarion.tenants import Principal
 
@@ -93,7 +93,7 @@ async def send(request: Request) -> JSONResponse:
     await enforce_ingress(request=request, principal=principal, cost=1)
     body = parse_body(await request.body(), NotificationIn)
     state = request.app.state
-    result = await state.accepts.accept(Send.of(principal, body))
+    result = await state.accepts.accept(Submission.of(principal, body))
     if result.message is not None:
         state.outbox.submit(result.message)
     if not result.duplicate:

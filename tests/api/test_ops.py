@@ -203,7 +203,7 @@ async def test_dashboard_page_and_script_are_served_locally(api: ApiServer) -> N
 def clarion_status(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
     return subprocess.run(
-        [sys.executable, "-m", "clarion.cli", "status", *args],
+        [sys.executable, "-m", "commands.cli", "status", *args],
         env={**environment, **(env or {})},
         cwd=ROOT,
         capture_output=True,

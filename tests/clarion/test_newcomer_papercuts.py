@@ -20,7 +20,7 @@ from tests.fixtures.services import ROOT, ApiServer
 async def _clarion(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "clarion.cli", *args, cwd=ROOT, env={**clean, **env},
+        sys.executable, "-m", "commands.cli", *args, cwd=ROOT, env={**clean, **env},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)

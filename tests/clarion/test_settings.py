@@ -70,7 +70,7 @@ def test_prod_refuses_an_empty_secret_or_a_placeholder_among_the_previous_ones(
 def test_a_production_command_without_a_secret_ends_with_one_line_and_no_traceback() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
     done = subprocess.run(
-        [sys.executable, "-m", "clarion.cli", "api"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "commands.cli", "api"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

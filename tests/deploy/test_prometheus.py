@@ -26,7 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.relay import Relay
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import Publisher, create_topics
+from clarion.retry_settings import BreakerSettings, RetrySettings
 from clarion.settings import Settings
+from core.ratelimit_redis import fail_open_counter
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
@@ -38,9 +40,6 @@ from tests.e2e.test_delivery import wait_status
 from tests.fakes.sendgrid import FakeSendGrid
 from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
 from workers.app import Worker
-from workers.breaker import BreakerSettings
-from workers.ratelimit_redis import fail_open_counter
-from workers.retry import RetrySettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"

@@ -21,15 +21,17 @@ from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.rules import RulesCache
 from clarion.settings import Settings
+from core.render import RenderedContent, Renderer
 from schema.enums import Channel
 from schema.messages import NotificationMessage
 from tests.api.test_send_validation import email_send
 from tests.conftest import Stack
 from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.claimed import claimed
 from tests.fixtures.services import wait_until
+from workers.claim import ClaimedNotification
 from workers.content_dedupe import ContentDedupeGate
 from workers.recipients import Address
-from workers.render import RenderedContent, Renderer
 
 RULES_PICKUP_S = 2.2
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -149,8 +151,8 @@ async def test_on_redis_one_of_many_concurrent_copies_wins_and_its_retries_are_n
     content = RenderedContent(subject="Hi", body="Your code is 1234", html=None)
     user = uuid.uuid4()
 
-    def row(nid: UUID, tenant: str = "t-1", user_id: UUID = user) -> dict[str, Any]:
-        return {"id": nid, "tenant_id": tenant, "user_id": user_id, "channel": "sms"}
+    def row(nid: UUID, tenant: str = "t-1", user_id: UUID = user) -> ClaimedNotification:
+        return claimed(id=nid, tenant_id=tenant, user_id=user_id, channel="sms")
 
     try:
         ids = [uuid.uuid4() for _ in range(10)]

@@ -108,14 +108,10 @@ async def test_redelivered_message_for_a_sent_notification_makes_no_provider_cal
     from clarion.kafka import Publisher
 
     publisher = Publisher(worker.settings.kafka_bootstrap or "")
-    import sqlalchemy as sa
-
-    async with worker.pipeline.engine.connect() as conn:  # type: ignore[union-attr]
-        user_id, tenant_id = (
-            await conn.execute(
-                sa.text("SELECT user_id, tenant_id FROM notifications WHERE id=:i"), {"i": nid}
-            )
-        ).one()
+    assert worker.pipeline is not None
+    user_id, tenant_id = await worker.pipeline.pool.fetchrow(
+        "SELECT user_id, tenant_id FROM notifications WHERE id = $1", UUID(nid)
+    )
     message = NotificationMessage(id=UUID(nid), tenant_id=tenant_id, channel="email", user_id=user_id)
     assert len(await publisher.publish_many([message, message])) == 2
     await publisher.close()

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.relay import Relay
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import Publisher, create_topics
+from clarion.retry_settings import BreakerSettings, RetrySettings
 from clarion.settings import Settings
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
@@ -32,8 +33,6 @@ from tests.fakes.sendgrid import FakeSendGrid
 from tests.fixtures.mailbox import Mailbox
 from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
 from workers.app import Worker
-from workers.breaker import BreakerSettings
-from workers.retry import RetrySettings
 
 COOL_DOWN_S = 1.5
 

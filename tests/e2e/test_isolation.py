@@ -16,15 +16,16 @@ import httpx
 import sqlalchemy as sa
 
 from clarion.pg import create_pool
-from schema.enums import Channel
+from core.render import RenderedContent
+from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.services import wait_until
-from workers.dedupe import claim_batch
-from workers.outcome import Attempt, Outcome, record_outcomes
+from workers.claim import ClaimedNotification, claim
+from workers.outcome import Attempt, Outcome
 from workers.recipients import Address
-from workers.render import RenderedContent
+from workers.record import record_outcomes
 
 
 class ExplodingGate:
@@ -33,9 +34,9 @@ class ExplodingGate:
     name = "exploding"
 
     async def admit(
-        self, row: dict[str, Any], content: RenderedContent, addresses: list[Address]
+        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
     ) -> Outcome | None:
-        if str(row["event_id"]).startswith("poison"):
+        if row.event_id.startswith("poison"):
             raise UnicodeEncodeError("utf-16-le", "\ud800", 0, 1, "surrogates not allowed")
         return None
 
@@ -133,11 +134,13 @@ async def test_texts_postgresql_refuses_are_recorded_cleaned_instead_of_failing_
         )
     now = datetime.now(UTC)
     attempt = Attempt(
-        nid, 1, "p" * 40, "+1415\x00\ud800", now, now, "permanent", "E" * 100, "to\x00ken \udfff"
-    )
+        notification_id=nid, attempt=1, provider="p" * 40, recipient="+1415\x00\ud800", started_at=now,
+        finished_at=now, outcome="permanent", error_code="E" * 100, error_message="to\x00ken \udfff",
+    )  # fmt: skip
     outcome = Outcome(
-        nid, "failed", 1, "p" * 40, None, "E" * 100, "bad\x00 \ud800 text", detail="d\x00", attempts=[attempt]
-    )
+        notification_id=nid, status=Status.failed, calls=1, provider="p" * 40, error_code="E" * 100,
+        error_message="bad\x00 \ud800 text", detail="d\x00", attempts=(attempt,),
+    )  # fmt: skip
     pool = await create_pool(stack.workers[Channel.sms].settings.database_url, size=1)
     try:
         await asyncio.wait_for(record_outcomes(pool=pool, outcomes=[outcome]), 10)
@@ -211,7 +214,7 @@ async def test_a_notification_whose_worker_dies_on_every_claim_goes_dead_after_m
         ).one()
 
     async def claimed() -> bool | None:
-        return bool(await claim_batch(pool=worker.pipeline.pool, ids=[nid], lease_s=0.05)) or None
+        return bool((await claim(pool=worker.pipeline.pool, ids=[nid], lease_s=0.05))[0]) or None
 
     for _ in range(worker.settings.max_claims):  # claimed, then the "worker" dies: no outcome
         await wait_until(claimed, 5)

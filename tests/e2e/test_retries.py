@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.relay import Relay
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
+from clarion.retry_settings import BreakerSettings, RetrySettings
 from clarion.settings import Settings
 from providers.registry import ProviderSet
 from providers.settings import TwilioSettings
@@ -35,8 +36,6 @@ from tests.e2e.test_delivery import status_of, wait_status
 from tests.fakes.twilio import FakeTwilio
 from tests.fixtures.services import ApiServer, drop_database, fresh_database
 from workers.app import Worker
-from workers.breaker import BreakerSettings
-from workers.retry import RetrySettings
 
 FAST_RETRIES = RetrySettings(
     in_process_attempts=3,

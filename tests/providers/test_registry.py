@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion.sandbox_store import PgSandboxStore
 from clarion.settings import Settings
 from providers.apns import ApnsProvider
 from providers.fcm import FcmProvider
@@ -21,7 +21,7 @@ from schema.enums import Channel
 from tests.fakes.apns import FakeApns
 from tests.fakes.fcm import FakeFcm
 
-ENGINE = cast(AsyncEngine, object())  # the sandbox only keeps it; nothing here touches a database
+STORE = PgSandboxStore("postgresql://unused")  # opens a pool on the first send only: none here
 
 _SERVICE_ACCOUNT = json.dumps(FakeFcm().service_account_info())
 _APNS_KEY = FakeApns().private_key_pem()
@@ -46,7 +46,9 @@ ROUTES = {
 
 @pytest.mark.parametrize("account", list(ACCOUNTS))
 async def test_configured_account_routes_its_channel_and_others_fall_back(account: str) -> None:
-    providers = build_providers(ProvidersSettings.model_validate({account: ACCOUNTS[account]}), engine=ENGINE)
+    providers = build_providers(
+        ProvidersSettings.model_validate({account: ACCOUNTS[account]}), sandbox_store=STORE
+    )
     (channel, platform), adapter = ROUTES[account]
 
     assert isinstance(providers.for_message(channel, platform), adapter)
@@ -57,14 +59,14 @@ async def test_configured_account_routes_its_channel_and_others_fall_back(accoun
 
 
 async def test_no_credentials_means_every_channel_uses_the_sandbox() -> None:
-    providers = build_providers(ProvidersSettings(), engine=ENGINE)
+    providers = build_providers(ProvidersSettings(), sandbox_store=STORE)
 
     assert providers.routes == {}
     assert isinstance(providers.for_message(Channel.push, "apns"), SandboxProvider)
 
 
 async def test_all_accounts_configured_route_every_channel() -> None:
-    providers = build_providers(ProvidersSettings.model_validate(ACCOUNTS), engine=ENGINE)
+    providers = build_providers(ProvidersSettings.model_validate(ACCOUNTS), sandbox_store=STORE)
 
     assert {route: type(p) for route, p in providers.routes.items()} == dict(ROUTES.values())
     await providers.aclose()
@@ -72,7 +74,7 @@ async def test_all_accounts_configured_route_every_channel() -> None:
 
 async def test_no_credentials_and_sandbox_disabled_raises_no_provider() -> None:
     providers = build_providers(
-        ProvidersSettings.model_validate({"sandbox": {"enabled": False}}), engine=ENGINE
+        ProvidersSettings.model_validate({"sandbox": {"enabled": False}}), sandbox_store=STORE
     )
 
     with pytest.raises(NoProviderConfigured):

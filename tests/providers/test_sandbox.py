@@ -7,6 +7,7 @@ import asyncio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion.sandbox_store import PgSandboxStore
 from providers.base import RenderedMessage
 from providers.sandbox import SandboxProvider
 from schema.enums import Channel
@@ -32,7 +33,7 @@ async def stored_bodies(engine: AsyncEngine, tenant_id: str) -> list[str]:
 async def test_concurrent_sends_are_all_stored_with_their_own_ids(
     engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
-    sandbox = SandboxProvider(engine)
+    sandbox = SandboxProvider(PgSandboxStore(engine.url.render_as_string(hide_password=False)))
     try:
         results = await asyncio.gather(*(sandbox.send(message(tenant.id, f"b{i:02}")) for i in range(40)))
     finally:
@@ -42,7 +43,7 @@ async def test_concurrent_sends_are_all_stored_with_their_own_ids(
 
 
 async def test_a_row_the_database_refuses_fails_alone(engine: AsyncEngine, tenant: TenantInfo) -> None:
-    sandbox = SandboxProvider(engine)
+    sandbox = SandboxProvider(PgSandboxStore(engine.url.render_as_string(hide_password=False)))
     bodies = [f"ok{i}" for i in range(9)] + ["nul\x00byte"]
     try:
         results = await asyncio.gather(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from clarion import metrics
-from workers.breaker import Breakers, BreakerSettings, CircuitBreaker, CircuitOpen, breaker_states
+from clarion.retry_settings import BreakerSettings
+from workers.breaker import Breakers, CircuitBreaker, CircuitOpen, breaker_states
 
 
 class Clock:

@@ -6,24 +6,26 @@ outcome rules. The end-to-end version runs in tests/e2e/test_isolation.py."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 from uuid import UUID
 
 import pytest
 
+from core.render import RenderedContent, Renderer
 from providers.base import RenderedMessage, SendResult
 from providers.errors import PermanentProviderError, ProviderError
 from providers.registry import ProviderSet
 from schema.enums import Channel
 from schema.messages import NotificationMessage
+from tests.fixtures.claimed import claimed
 from workers import pipeline as pipeline_module
+from workers.claim import ClaimedNotification, Unreadable
+from workers.content import Content
 from workers.outcome import Outcome
 from workers.pipeline import Pipeline
 from workers.recipients import Address
-from workers.render import RenderedContent, Renderer
 from workers.retry import RetryPolicy
-from workers.steps import Row
+from workers.send import Sender
 
 
 class Recording:
@@ -51,8 +53,8 @@ class BatchOnlyScreen:
 
     name = "batch-only"
 
-    async def screen(self, rows: list[Row]) -> dict[UUID, Outcome]:
-        if any(r["event_id"].startswith("poison") for r in rows):
+    async def screen(self, rows: list[ClaimedNotification]) -> dict[UUID, Outcome]:
+        if any(r.event_id.startswith("poison") for r in rows):
             raise ValueError("one row broke the batch query")
         return {}
 
@@ -60,69 +62,62 @@ class BatchOnlyScreen:
 class ExplodingGate:
     name = "exploding"
 
-    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
-        if row["event_id"].startswith("poison"):
+    async def admit(
+        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
+    ) -> Outcome | None:
+        if row.event_id.startswith("poison"):
             raise UnicodeEncodeError("utf-16-le", "\ud800", 0, 1, "surrogates not allowed")
         return None
 
 
-def row(event_id: str, *, channel: Channel = Channel.sms) -> Row:
-    return {
-        "id": uuid.uuid4(),
-        "tenant_id": "t1",
-        "event_id": event_id,
-        "channel": channel.value,
-        "category": "general",
-        "priority": "normal",
-        "template": None,
-        "template_version": None,
-        "locale": "en",
-        "content": {"body": "Your code is {{ code }}"},
-        "data": {"code": "42"},
-        "attempts": 0,
-        "claims": 1,
-        "expires_at": None,
-        "user_id": uuid.uuid4(),
-    }
+def row(event_id: str, *, channel: Channel = Channel.sms, **changes: Any) -> ClaimedNotification:
+    return claimed(event_id=event_id, channel=channel, **changes)
 
 
 def build(
     monkeypatch: pytest.MonkeyPatch,
-    rows: list[Row],
+    rows: list[ClaimedNotification],
     addresses: dict[UUID, list[Address]],
     *,
     channel: Channel = Channel.sms,
     provider: Recording | None = None,
+    on_provider_error: Any = None,
     **steps: Any,
 ) -> tuple[Pipeline, Recording, list[NotificationMessage]]:
-    async def claim_batch(**_: Any) -> list[Row]:
-        return rows
+    async def claim(**_: Any) -> tuple[list[ClaimedNotification], list[Unreadable]]:
+        return rows, []
 
     async def addresses_for(**kwargs: Any) -> dict[UUID, list[Address]]:
-        return {r["id"]: addresses[r["id"]] for r in kwargs["rows"]}
+        return {r.id: addresses[r.id] for r in kwargs["rows"]}
 
-    monkeypatch.setattr(pipeline_module, "claim_batch", claim_batch)
+    monkeypatch.setattr(pipeline_module, "claim", claim)
     monkeypatch.setattr(pipeline_module, "addresses_for", addresses_for)
     provider = provider or Recording()
+    sender = Sender(
+        channel=channel,
+        pool=None,  # type: ignore[arg-type]
+        providers=ProviderSet(routes={(channel, None): provider}),
+        policy=RetryPolicy(),
+        on_provider_error=on_provider_error,
+    )
     pipeline = Pipeline(
         channel=channel,
         pool=None,  # type: ignore[arg-type]
-        engine=None,  # type: ignore[arg-type]
-        providers=ProviderSet(routes={(channel, None): provider}),
-        renderer=Renderer(),
+        content=Content(pool=None, renderer=Renderer()),  # type: ignore[arg-type]
+        sender=sender,
         policy=RetryPolicy(),
         lease_s=30.0,
         concurrency=4,
         **steps,
     )
     messages = [
-        NotificationMessage(id=r["id"], tenant_id="t1", channel=channel, user_id=r["user_id"]) for r in rows
+        NotificationMessage(id=r.id, tenant_id="t1", channel=channel, user_id=r.user_id) for r in rows
     ]
     return pipeline, provider, messages
 
 
-def by_event(rows: list[Row], outcomes: list[Outcome]) -> dict[str, Outcome]:
-    events = {r["id"]: r["event_id"] for r in rows}
+def by_event(rows: list[ClaimedNotification], outcomes: list[Outcome]) -> dict[str, Outcome]:
+    events = {r.id: r.event_id for r in rows}
     assert len(outcomes) == len(rows), "every claimed notification has exactly one outcome"
     return {events[o.notification_id]: o for o in outcomes}
 
@@ -131,7 +126,7 @@ async def test_a_gate_raising_for_one_row_fails_that_row_and_the_rest_are_sent_o
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rows = [row(f"n-{i}") for i in range(20)] + [row("poison-1")]
-    addresses = {r["id"]: [Address(f"+1415555{i:04d}")] for i, r in enumerate(rows)}
+    addresses = {r.id: [Address(f"+1415555{i:04d}")] for i, r in enumerate(rows)}
     pipeline, provider, messages = build(monkeypatch, rows, addresses, gates=[ExplodingGate()])
     outcomes = by_event(rows, await pipeline.process(messages))
     poison = outcomes.pop("poison-1")
@@ -142,7 +137,7 @@ async def test_a_gate_raising_for_one_row_fails_that_row_and_the_rest_are_sent_o
     ]
     assert {o.status for o in outcomes.values()} == {"sent"}
     assert sorted(m.to for m in provider.sent) == sorted(
-        a[0].to for r, a in addresses.items() if r != rows[-1]["id"]
+        a[0].to for r, a in addresses.items() if r != rows[-1].id
     )
 
 
@@ -150,7 +145,7 @@ async def test_a_screen_raising_on_the_batch_is_asked_row_by_row_so_only_the_bad
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rows = [row("n-1"), row("poison-1"), row("n-2")]
-    addresses = {r["id"]: [Address(f"+1415555000{i}")] for i, r in enumerate(rows)}
+    addresses = {r.id: [Address(f"+1415555000{i}")] for i, r in enumerate(rows)}
     pipeline, provider, messages = build(monkeypatch, rows, addresses, screens=[BatchOnlyScreen()])
     outcomes = by_event(rows, await pipeline.process(messages))
     assert (outcomes["poison-1"].status, outcomes["poison-1"].error_code) == ("failed", "internal_error")
@@ -169,7 +164,7 @@ async def test_an_exception_after_a_provider_accepted_still_records_the_send(
         raise RuntimeError("the pacing hook broke")
 
     target = row("n-1", channel=Channel.push)
-    addresses = {target["id"]: [Address("tok-ok", "fcm"), Address("tok-bad", "fcm")]}
+    addresses = {target.id: [Address("tok-ok", "fcm"), Address("tok-bad", "fcm")]}
     pipeline, provider, messages = build(
         monkeypatch,
         [target],
@@ -190,9 +185,8 @@ async def test_an_exception_after_a_provider_accepted_still_records_the_send(
 async def test_a_row_claimed_more_than_max_claims_times_goes_dead_without_a_send(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    tired, fresh = row("n-tired"), row("n-fresh")
-    tired["claims"] = 4
-    addresses = {tired["id"]: [Address("+14155550001")], fresh["id"]: [Address("+14155550002")]}
+    tired, fresh = row("n-tired", claims=4), row("n-fresh")
+    addresses = {tired.id: [Address("+14155550001")], fresh.id: [Address("+14155550002")]}
     pipeline, provider, messages = build(monkeypatch, [tired, fresh], addresses, max_claims=3)
     outcomes = by_event([tired, fresh], await pipeline.process(messages))
     assert (outcomes["n-tired"].status, outcomes["n-tired"].error_code) == ("dead", "max_claims")
@@ -205,7 +199,9 @@ class FlakyGate:
 
     name = "flaky"
 
-    async def admit(self, row: Row, content: RenderedContent, addresses: list[Address]) -> Outcome | None:
+    async def admit(
+        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
+    ) -> Outcome | None:
         raise ConnectionResetError("connection reset by peer")
 
 
@@ -215,10 +211,9 @@ class FlakyGate:
 async def test_an_infrastructure_fault_is_retried_within_the_attempt_budget_not_failed(
     monkeypatch: pytest.MonkeyPatch, attempts_before: int, status: str
 ) -> None:
-    target = row("n-1")
-    target["attempts"] = attempts_before
+    target = row("n-1", attempts=attempts_before)
     pipeline, provider, messages = build(
-        monkeypatch, [target], {target["id"]: [Address("+14155550001")]}, gates=[FlakyGate()]
+        monkeypatch, [target], {target.id: [Address("+14155550001")]}, gates=[FlakyGate()]
     )
     [outcome] = await pipeline.process(messages)
     assert (outcome.status, outcome.error_code, outcome.calls) == (status, "internal_error", 1)

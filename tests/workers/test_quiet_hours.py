@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from workers.preferences import CategoryRule, decide
+from core.preferences import CategoryRule, decide
 from workers.quiet_hours import quiet_hours_end
 
 

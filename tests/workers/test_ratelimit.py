@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from workers.ratelimit import (
+from core.limiter import build_rate_limiter
+from core.ratelimit import (
     Allowed,
     ElasticPool,
     MemoryRateLimiter,
     RetryAfter,
     Rule,
-    build_rate_limiter,
     rate_limit_headers,
 )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workers.render import RenderedContent, Renderer, RenderError
+from core.render import RenderedContent, Renderer, RenderError
 
 
 @pytest.fixture(scope="module")

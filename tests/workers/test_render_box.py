@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
+from core.render import OWING_S, Renderer, RequestBudget
+from core.render_box import RenderBox
+from core.render_errors import RenderError
 from tests.fixtures.services import wait_until
 from tests.workers.hostile_templates import HOSTILE
-from workers.render import OWING_S, Renderer, RequestBudget
-from workers.render_box import RenderBox
-from workers.render_errors import RenderError
 
 SLOW = HOSTILE["nested_range_loop"]
 

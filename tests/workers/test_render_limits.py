@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.render import Renderer, RenderError, RequestBudget
 from tests.workers.hostile_templates import HOSTILE
-from workers.render import Renderer, RenderError, RequestBudget
 
 REFUSED = {"render_limit", "template_syntax", "template_error"}
 MAX_GROWTH_BYTES = 64 * 1024 * 1024

@@ -10,13 +10,14 @@ from datetime import datetime
 
 import pytest
 
+from clarion.retry_settings import RetrySettings
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
 from tests.fakes import make_message
 from tests.fakes.twilio import FakeTwilio
-from workers.retry import RetryPolicy, RetrySettings
+from workers.retry import RetryPolicy
 
 
 @pytest.fixture
@@ -154,8 +155,8 @@ def test_scheduled_retries_grow_exponentially_with_jitter_up_to_the_cap() -> Non
 
 def test_max_attempts_are_configurable_per_channel() -> None:
     settings = RetrySettings(max_attempts=8, max_attempts_sms=3)
-    assert settings.policy(Channel.sms).max_attempts == 3
-    assert settings.policy(Channel.email).max_attempts == 8
+    assert RetryPolicy.of(settings, Channel.sms).max_attempts == 3
+    assert RetryPolicy.of(settings, Channel.email).max_attempts == 8
 
 
 def test_per_channel_max_attempts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,5 +165,5 @@ def test_per_channel_max_attempts_come_from_the_environment(monkeypatch: pytest.
     monkeypatch.setenv("CLARION_RETRY__MAX_ATTEMPTS_EMAIL", "5")
     monkeypatch.setenv("CLARION_RETRY__BREAKER__COOL_DOWN_S", "12")
     settings = Settings(env="test")
-    assert settings.retry.policy(Channel.email).max_attempts == 5
+    assert RetryPolicy.of(settings.retry, Channel.email).max_attempts == 5
     assert settings.retry.breaker.cool_down_s == 12

@@ -14,11 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from schema.db import create_engine, ensure_database, upgrade
-from schema.ids import uuid7
-from schema.models import Template, Tenant
-from workers.render import Renderer
-from workers.templates import (
+from core.render import Renderer
+from core.templates import (
     DEFAULT_TEMPLATES_DIR,
     TemplateFileError,
     install_default_templates,
@@ -26,6 +23,9 @@ from workers.templates import (
     locale_candidates,
     resolve_template,
 )
+from schema.db import create_engine, ensure_database, upgrade
+from schema.ids import uuid7
+from schema.models import Template, Tenant
 
 PG_ADMIN_DSN = os.environ.get("CLARION_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 _templates = Template.__table__  # type: ignore[attr-defined]

@@ -16,8 +16,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from redis.asyncio import Redis
 
 from clarion.rules import RulesCache, RuleSpec
-from providers.errors import PermanentProviderError, TransientProviderError
-from workers.ratelimit import (
+from core.ratelimit import (
     MAX_PERIOD_S,
     MAX_REFILL_S,
     Allowed,
@@ -26,9 +25,12 @@ from workers.ratelimit import (
     RateLimiter,
     Rule,
 )
-from workers.ratelimit_redis import RedisRateLimiter
+from core.ratelimit_redis import RedisRateLimiter
+from core.render import RenderedContent
+from providers.errors import PermanentProviderError, TransientProviderError
+from tests.fixtures.claimed import claimed
+from workers.claim import ClaimedNotification
 from workers.recipients import Address
-from workers.render import RenderedContent
 from workers.throttle import AdaptivePacing, ThrottleGate, _paced, sms_segments
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -78,17 +80,9 @@ def gate_for(
     )
 
 
-def notification(**overrides: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "id": uuid.uuid4(),
-        "tenant_id": "t1",
-        "user_id": uuid.UUID(int=1),
-        "channel": "push",
-        "category": "news",
-        "priority": "normal",
-    }
-    row.update(overrides)
-    return row
+def notification(**overrides: Any) -> ClaimedNotification:
+    defaults: dict[str, Any] = {"user_id": uuid.UUID(int=1), "channel": "push", "category": "news"}
+    return claimed(**{**defaults, **overrides})
 
 
 PHONE = [Address("+14155550100")]

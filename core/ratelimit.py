@@ -29,7 +29,7 @@ Modes:
   never charges it, and borrows only while the pool would still admit ``cost`` more right now
   (for a soft pool, under its nominal limit). Borrowed admissions are ``over_limit=True``.
 
-`workers.ratelimit_redis` holds the Redis backend, which evaluates the same arithmetic in Lua.
+`core.ratelimit_redis` holds the Redis backend, which evaluates the same arithmetic in Lua.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ class MemoryRateLimiter:
         return max(stamp_us - now_us + ahead_us, 0.0)
 
     def _decide(self, key: str, plan: GcraPlan, now_us: float) -> Decision:
-        # Mirrors GCRA_LUA in workers.ratelimit_redis line for line; "ahead" is max(tat, now) - now.
+        # Mirrors GCRA_LUA in core.ratelimit_redis line for line; "ahead" is max(tat, now) - now.
         p, cost = plan.primary, plan.cost
         ahead = self._ahead_us(key, now_us)
         used = ahead + cost * p.interval_us
@@ -337,13 +337,3 @@ class MemoryRateLimiter:
         if len(self._tats) >= self._prune_at_size:
             self._tats = {k: v for k, v in self._tats.items() if v[0] - now_us + v[1] > 0}
             self._prune_at_size = max(1024, 2 * len(self._tats))
-
-
-def build_rate_limiter(redis_url: str | None, *, prefix: str = "clarion:rl:") -> RateLimiter:
-    """The Redis limiter (shared by all processes, fails open) when ``redis_url`` is given,
-    else an in-process `MemoryRateLimiter`. Connects lazily, on first use."""
-    if redis_url is None:
-        return MemoryRateLimiter()
-    from workers.ratelimit_redis import RedisRateLimiter
-
-    return RedisRateLimiter.from_url(redis_url, prefix=prefix)

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clarion import dlq_cli
 from clarion.logs import setup_logging
 from clarion.settings import Settings
+from commands import dlq_cli
 from schema.enums import Channel
 
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 
         raise SystemExit(status.main(url=args.url or _settings(dev=True).base_url, api_key=args.api_key))
 
-    from clarion import runner
+    from commands import runner
 
     if args.command == "dev":
         settings = _settings(dev=True, api_port=args.port, api_host=args.host)
@@ -141,8 +141,8 @@ def _check_dev_key(settings: Settings) -> None:
 
 def _keys(args: argparse.Namespace, settings: Settings) -> None:
     from clarion.tenants import create_api_key, ensure_tenant, revoke_api_key
+    from core.templates import install_default_templates
     from schema.db import create_engine
-    from workers.templates import install_default_templates
 
     async def work() -> None:
         engine = create_engine(settings.database_url, pool_size=1)

@@ -2,7 +2,7 @@
 
 The script reads the clock with the server's ``TIME`` so every process agrees on "now", stores
 each key's theoretical arrival time with a ``PX`` expiry at the moment its bucket is full again
-(so idle keys vanish), and mirrors `workers.ratelimit.MemoryRateLimiter` arithmetic exactly.
+(so idle keys vanish), and mirrors `core.ratelimit.MemoryRateLimiter` arithmetic exactly.
 Soft and elastic rules also touch a second key. `acquire_many` sends up to `CHUNK` requests
 per EVALSHA and all chunks in one pipeline, so a batch costs one round trip; on Redis Cluster
 all keys of a batch must share a hash slot (use ``{hash tags}`` in keys).
@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from workers.ratelimit import Allowed, Decision, GcraPlan, RetryAfter, Rule, gcra_plan
+from core.ratelimit import Allowed, Decision, GcraPlan, RetryAfter, Rule, gcra_plan
 
 log = logging.getLogger(__name__)
 
@@ -221,11 +221,11 @@ class RedisRateLimiter:
         )
 
     async def acquire(self, key: str, rule: Rule, cost: int = 1) -> Decision:
-        """See `workers.ratelimit.RateLimiter.acquire`; one round trip, fails open."""
+        """See `core.ratelimit.RateLimiter.acquire`; one round trip, fails open."""
         return (await self.acquire_many([(key, rule, cost)]))[0]
 
     async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[Decision]:
-        """See `workers.ratelimit.RateLimiter.acquire_many`; one round trip. Each run of up to
+        """See `core.ratelimit.RateLimiter.acquire_many`; one round trip. Each run of up to
         `CHUNK` requests is decided atomically at one server time, in order. Fails open as a whole."""
         if not requests:
             return []

@@ -18,62 +18,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
-import resource
 import struct
 import sys
-import time
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from workers.render_errors import RenderError
+from core.render_errors import RenderError
 
 if TYPE_CHECKING:
-    from workers.render import RenderedContent, Renderer, RequestBudget
+    from core.render_types import RenderedContent, RequestBudget
+
+
+class Limits(Protocol):
+    """The renderer's limits, which the box applies too."""
+
+    max_output_chars: int
+    max_render_ms: int
+
 
 _Refusal = tuple[Any, str, str | None, Any]  # RenderError's code, message, variable, part
-_Job = tuple[tuple[int, int], tuple[str | None, str, str | None], dict[str, Any], float | None]
-_Answer = tuple["RenderedContent | None", "_Refusal | None", float]
-_LENGTH = struct.Struct("!I")
+Job = tuple[tuple[int, int], tuple[str | None, str, str | None], dict[str, Any], float | None]
+Answer = tuple["RenderedContent | None", "_Refusal | None", float]
+LENGTH = struct.Struct("!I")
 BOX_MEMORY_BYTES = 1 << 30  # every hostile template of the test corpus peaks under 64 MB
 
 
-@lru_cache(maxsize=4)
-def _child_renderer(max_output_chars: int, max_render_ms: int) -> Renderer:
-    from workers.render import Renderer
-
-    return Renderer(max_output_chars=max_output_chars, max_render_ms=max_render_ms)
-
-
-def render_job(job: _Job) -> _Answer:
-    """Runs in the box: the content or the refusal's fields, and the CPU it took."""
-    from workers.render import RequestBudget
-
-    limits, (subject, body, html), data, budget_ms = job
-    renderer = _child_renderer(*limits)
-    started = time.thread_time()
-    try:
-        budget = RequestBudget(budget_ms) if budget_ms is not None else None
-        content = renderer.render(subject=subject, body=body, html=html, data=data, budget=budget)
-    except RenderError as exc:
-        return None, (exc.code, exc.message, exc.variable, exc.part), time.thread_time() - started
-    return content, None, time.thread_time() - started
-
-
-def _serve() -> None:  # pragma: no cover - runs in the child (covered by tests/workers/test_render_box.py)
-    """The box's loop: length-prefixed pickles in on stdin, answers out on stdout. Its address
-    space is capped (``BOX_MEMORY_BYTES``): a render that would exceed it ends the box, not the
-    machine."""
-    resource.setrlimit(resource.RLIMIT_AS, (BOX_MEMORY_BYTES, BOX_MEMORY_BYTES))
-    read, write = sys.stdin.buffer, sys.stdout.buffer
-    while header := read.read(_LENGTH.size):
-        job = pickle.loads(read.read(_LENGTH.unpack(header)[0]))
-        answer = pickle.dumps(render_job(job))
-        write.write(_LENGTH.pack(len(answer)) + answer)
-        write.flush()
-
-
 class RenderBox:
-    """One child process (``python -m workers.render_box``), started on first use and replaced
+    """One child process (``python -m core.render_box``), started on first use and replaced
     when it dies. One render at a time: the box is for tenants that already spent their share."""
 
     def __init__(self) -> None:
@@ -82,7 +52,7 @@ class RenderBox:
 
     async def render(
         self,
-        renderer: Renderer,
+        renderer: Limits,
         *,
         subject: str | None,
         body: str,
@@ -94,7 +64,7 @@ class RenderBox:
         with. Raises ``RenderError`` (with ``cpu_s`` set) when refused."""
         if budget is not None and budget.remaining_ms <= 0:
             raise RenderError("render_limit", f"the request's render budget ({budget.total_ms} ms) is spent")
-        job: _Job = (
+        job: Job = (
             (renderer.max_output_chars, renderer.max_render_ms),
             (subject, body, html),
             data,
@@ -118,19 +88,19 @@ class RenderBox:
         assert content is not None
         return content, cpu_s
 
-    async def _ask(self, job: _Job) -> _Answer:
+    async def _ask(self, job: Job) -> Answer:
         if self._child is None or self._child.returncode is not None:
             self._child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "workers.render_box",
+                sys.executable, "-m", "core.render_child",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
         child = self._child
         assert child.stdin is not None and child.stdout is not None
         request = pickle.dumps(job)
-        child.stdin.write(_LENGTH.pack(len(request)) + request)
+        child.stdin.write(LENGTH.pack(len(request)) + request)
         await child.stdin.drain()
-        (length,) = _LENGTH.unpack(await child.stdout.readexactly(_LENGTH.size))
-        answer: _Answer = pickle.loads(await child.stdout.readexactly(length))
+        (length,) = LENGTH.unpack(await child.stdout.readexactly(LENGTH.size))
+        answer: Answer = pickle.loads(await child.stdout.readexactly(length))
         return answer
 
     async def _kill(self) -> None:
@@ -143,7 +113,3 @@ class RenderBox:
     async def aclose(self) -> None:
         """Stop the child (it also ends by itself when its stdin closes with the parent)."""
         await self._kill()
-
-
-if __name__ == "__main__":
-    _serve()

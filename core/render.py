@@ -27,7 +27,7 @@ What is bounded (``code="render_limit"``), per ``render`` call:
 
 - integers at most 16,384 bits, the *expanded* size of a structure before it becomes text, and the
   nesting of the source (brackets, blocks, unary chains) before Jinja's recursive parser sees it:
-  ``workers/render_limits.py`` says how each is checked;
+  ``core/render_limits.py`` says how each is checked;
 - a render never holds an event loop: ``render_async`` runs it on the render threads, one at a
   time per tenant and, at accept time, within a quarter of a core per tenant; a ``RequestBudget`` shares one CPU
   budget between every render of a request (a batch).
@@ -42,7 +42,6 @@ import asyncio
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import AsyncIterator, Generator
 from concurrent.futures import ThreadPoolExecutor
@@ -57,10 +56,10 @@ from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.visitor import NodeTransformer
 
-from providers.headers import breaks_header
-from workers.render_box import RenderBox
-from workers.render_errors import Part, RenderError, RenderErrorCode
-from workers.render_limits import (
+from core.headers import breaks_header
+from core.render_box import RenderBox
+from core.render_errors import Part, RenderError, RenderErrorCode
+from core.render_limits import (
     _CAP,
     _STEP,
     _TEXT,
@@ -71,20 +70,11 @@ from workers.render_limits import (
     _limit,
     check_nesting,
 )
+from core.render_types import RenderedContent, RequestBudget
 
 __all__ = [
     "CompiledTemplate", "Part", "RenderError", "RenderErrorCode", "RenderedContent", "Renderer", "RequestBudget",
 ]  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class RenderedContent:
-    subject: str | None
-    """Email subject or push title."""
-    body: str
-    """Text body."""
-    html: str | None
-    """Email HTML body."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,24 +213,6 @@ def _missing_variable(message: str, compiled: CompiledTemplate, data: dict[str, 
 
 
 # ---------------------------------------------------------------------------------------------------
-
-
-class RequestBudget:
-    """CPU time shared by every render of one request (a batch of 1,000 items gets this once, not
-    1,000 times the per-render limit). Safe to share between the render threads."""
-
-    def __init__(self, total_ms: float) -> None:
-        self.total_ms = total_ms
-        self._spent_s = 0.0
-        self._lock = threading.Lock()
-
-    @property
-    def remaining_ms(self) -> float:
-        return self.total_ms - self._spent_s * 1000
-
-    def spend(self, seconds: float) -> None:
-        with self._lock:
-            self._spent_s += seconds
 
 
 # Renders never hold the event loop. Each tenant has at most one render on these threads at a

@@ -29,7 +29,7 @@ from jinja2.runtime import Context, StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
-from workers.render_errors import RenderError
+from core.render_errors import RenderError
 
 # The budget of the render in progress. Checks read it from a ContextVar because the compiled
 # template calls back into the environment, which is shared by every render of this Renderer.

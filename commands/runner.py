@@ -20,10 +20,10 @@ from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
+from core.templates import install_default_templates
 from schema.db import create_engine, ensure_database, upgrade_async
 from schema.enums import Channel
 from workers.app import Worker
-from workers.templates import install_default_templates
 
 log = logging.getLogger(__name__)
 

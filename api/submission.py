@@ -1,0 +1,69 @@
+"""A send on its way to the log: who asks, what, and what came of it (``api.accept`` decides).
+
+Its own module so the accept steps (``accept``, ``accept_checks``, ``accept_queue``, ``batch``)
+share these types without importing each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from uuid import UUID
+
+from api.errors import ApiError
+from api.models import NotificationIn
+from clarion.tenants import Principal
+from core.render import RenderError, RequestBudget
+from schema.messages import NotificationMessage
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptResult:
+    id: UUID
+    status: str
+    duplicate: bool
+    message: NotificationMessage | None  # None for a duplicate: nothing new to publish
+
+
+@dataclass(frozen=True, slots=True)
+class Prerendered:
+    """The outcome of rendering a send's inline content: ``error`` is what refused it, or None."""
+
+    error: RenderError | None
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One send to accept: who asks, what, and the hash that tells a repeat from a conflict."""
+
+    principal: Principal
+    req: NotificationIn
+    digest: str
+    render_budget: RequestBudget | None = None
+    """CPU time for rendering shared with the other sends of the same request (a batch)."""
+    rendered: Prerendered | None = None
+    """Inline content already rendered before the send joined a shared transaction (``None``:
+    not yet); :func:`api.accept_checks.check_content` then uses this outcome instead of rendering."""
+
+    @classmethod
+    def of(
+        cls, principal: Principal, req: NotificationIn, render_budget: RequestBudget | None = None
+    ) -> Submission:
+        return cls(principal, req, request_hash(req), render_budget)
+
+    @property
+    def event_key(self) -> tuple[str, str]:
+        return self.principal.tenant_id, self.req.event_id
+
+    @property
+    def user_key(self) -> tuple[str, str]:
+        return self.principal.tenant_id, self.req.external_user_id
+
+
+Decision = AcceptResult | ApiError
+
+
+def request_hash(req: NotificationIn) -> str:
+    canonical = json.dumps(req.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,1 @@
+"""The ``clarion`` commands (entry points): they compose the API, the relay and the workers."""

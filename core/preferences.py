@@ -1,0 +1,56 @@
+"""Opt-out: a notification the user does not want is ``suppressed`` before it is rendered.
+
+Resolution, most specific first (see :func:`decide`): the user's preference for this channel in
+this category, then for the category on every channel, then for the channel in every category,
+then for everything; failing all, the tenant's default for the category (opted in when the
+category was never declared). A ``required`` category (security alerts, OTPs) is never suppressed
+by an opt-out, whatever the priority: ``critical`` alone does not override an opt-out.
+
+Preferences are read when the notification is claimed, so a change applies to every notification
+not yet sent, also one waiting in ``delayed`` or ``retrying``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ANY = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryRule:
+    """A tenant's declared category (an undeclared one behaves as the defaults here)."""
+
+    default_opted_in: bool = True
+    required: bool = False
+    email_quiet_hours: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreferenceDecision:
+    opted_in: bool
+    source: str  # which preference (or default) decided, for people reading the log
+
+
+def decide(
+    *, prefs: Mapping[tuple[str, str], bool], channel: str, category: str, rule: CategoryRule | None
+) -> PreferenceDecision:
+    """Whether the user wants ``channel`` messages in ``category``, and what decided it.
+
+    ``prefs`` maps (channel or ``*``, category or ``*``) to opted in. Required categories are
+    always opted in.
+    """
+    rule = rule or CategoryRule()
+    if rule.required:
+        return PreferenceDecision(True, f"category '{category}' is required")
+    for key, source in (
+        ((channel, category), f"channel={channel} category={category}"),
+        ((ANY, category), f"category={category}"),
+        ((channel, ANY), f"channel={channel}"),
+        ((ANY, ANY), "all channels and categories"),
+    ):
+        if key in prefs:
+            return PreferenceDecision(prefs[key], f"preference {source}")
+    state = "in" if rule.default_opted_in else "out"
+    return PreferenceDecision(rule.default_opted_in, f"category '{category}' default (opted {state})")

@@ -1,0 +1,34 @@
+"""What a render gives (``RenderedContent``) and the CPU budget a request's renders share."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedContent:
+    subject: str | None
+    """Email subject or push title."""
+    body: str
+    """Text body."""
+    html: str | None
+    """Email HTML body."""
+
+
+class RequestBudget:
+    """CPU time shared by every render of one request (a batch of 1,000 items gets this once, not
+    1,000 times the per-render limit). Safe to share between the render threads."""
+
+    def __init__(self, total_ms: float) -> None:
+        self.total_ms = total_ms
+        self._spent_s = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def remaining_ms(self) -> float:
+        return self.total_ms - self._spent_s * 1000
+
+    def spend(self, seconds: float) -> None:
+        with self._lock:
+            self._spent_s += seconds

@@ -1,0 +1,213 @@
+"""Send: one notification to each of its addresses, through the provider chain of its channel.
+
+For each address the channel's provider is called with in-process retries (``RetryPolicy.run``),
+behind its circuit breaker; when that provider is unavailable (breaker open) or still failing
+transiently, its failover provider (e.g. SMTP for SendGrid) is tried. Every call becomes an
+``Attempt`` row, a delivered address a ``SendResult``; what refused is kept in ``Calls`` for
+``workers.conclude``. A provider that rejects a push token retires that device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from core.render import RenderedContent
+from providers.base import Provider, RenderedMessage, SendResult
+from providers.errors import InvalidRecipient, PermanentProviderError, ProviderError, TransientProviderError
+from providers.registry import NoProviderConfigured, ProviderSet
+from schema.enums import Channel
+from workers.breaker import Breakers, CircuitOpen
+from workers.claim import ClaimedNotification
+from workers.conclude import Calls
+from workers.outcome import Attempt
+from workers.recipients import Address, deactivate_device
+from workers.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+class Sender:
+    """Makes the provider calls of one channel's worker."""
+
+    def __init__(
+        self,
+        *,
+        channel: Channel,
+        pool: asyncpg.Pool,
+        providers: ProviderSet,
+        policy: RetryPolicy,
+        breakers: Breakers | None = None,
+        unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None,
+        on_provider_error: Callable[[ProviderError], None] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.pool = pool
+        self.providers = providers
+        self.policy = policy
+        self.breakers = breakers
+        self.unsubscribe_url = unsubscribe_url
+        self.on_provider_error = on_provider_error  # e.g. adaptive pacing slows down on a 429
+
+    async def send(
+        self,
+        notification: ClaimedNotification,
+        content: RenderedContent,
+        addresses: list[Address],
+        calls: Calls,
+    ) -> None:
+        """Send to every address; ``calls`` collects the attempts, results and refusals (it is the
+        caller's, so a call that happened is known even when this raises)."""
+        n = notification
+        unsubscribe = (
+            self.unsubscribe_url(n) if self.unsubscribe_url and self.channel is Channel.email else None
+        )
+        for address in addresses:
+            message = RenderedMessage(
+                notification_id=n.id,
+                tenant_id=n.tenant_id,
+                channel=self.channel,
+                to=address.to,
+                body=content.body,
+                priority=n.priority,
+                category=n.category,
+                subject=content.subject,
+                html=content.html,
+                platform=address.platform,
+                data={k: str(v) for k, v in n.data.items()} if self.channel is Channel.push else {},
+                expires_at=n.expires_at,
+                unsubscribe_url=unsubscribe,
+            )
+            try:
+                provider = self.providers.for_message(self.channel, address.platform)
+            except NoProviderConfigured as exc:
+                calls.errors.append(ProviderError(str(exc), provider="none", code="no_provider"))
+                continue
+            chain = [provider]
+            secondary = self.providers.failover_for(self.channel, provider)
+            if secondary is not None:
+                chain.append(secondary)
+            try:
+                calls.results.append(await self._send_via(chain, message, n, calls))
+            except CircuitOpen as exc:
+                calls.opened.append(exc)
+            except ProviderError as exc:
+                calls.errors.append(exc)
+                if self.on_provider_error is not None:
+                    self.on_provider_error(exc)
+                if isinstance(exc, InvalidRecipient) and address.platform is not None:
+                    await deactivate_device(
+                        pool=self.pool,
+                        user_id=n.user_id,
+                        token=address.to,
+                        reason=f"{exc.provider} {exc.code}: {exc.message}",
+                    )
+
+    async def _send_via(
+        self, chain: list[Provider], message: RenderedMessage, n: ClaimedNotification, calls: Calls
+    ) -> SendResult:
+        """Send through the first provider of ``chain`` that delivers; a later one is tried only when
+        the one before is unavailable (breaker open) or still failing transiently after its in-process
+        attempts. Raises what the last provider raised (``CircuitOpen`` or a ``ProviderError``);
+        earlier providers' errors go to ``calls.errors``. Every call becomes an ``Attempt``."""
+        attempts = calls.attempts
+        for i, provider in enumerate(chain):
+            last = i == len(chain) - 1
+            breaker = self.breakers.for_provider(provider.name) if self.breakers else None
+
+            def on_attempt(
+                started: datetime,
+                finished: datetime,
+                error: BaseException | None,
+                _provider: str = provider.name,
+                _breaker: Any = breaker,
+            ) -> None:
+                number = n.attempts + len(attempts) + 1
+                attempts.append(attempt_row(n, number, _provider, message.to, started, finished, error))
+                if _breaker is not None:
+                    _breaker.record(
+                        failed=error is not None and not isinstance(error, PermanentProviderError)
+                    )
+
+            try:
+                result = await self.policy.run(
+                    lambda p=provider: p.send(message),  # type: ignore[misc]
+                    provider=provider.name,
+                    on_attempt=on_attempt,
+                    before_attempt=breaker.check if breaker is not None else None,
+                    budget=self.policy.remaining(n.attempts + len(attempts)),
+                )
+            except (CircuitOpen, TransientProviderError) as exc:
+                if last:
+                    raise
+                if isinstance(exc, TransientProviderError):
+                    calls.errors.append(exc)
+                    if self.on_provider_error is not None:
+                        self.on_provider_error(exc)
+                log.info(
+                    "%s unavailable (%s); failing over to %s",
+                    provider.name,
+                    getattr(exc, "code", None) or type(exc).__name__,
+                    chain[i + 1].name,
+                    extra={"notification_id": n.id, "event_id": n.event_id, "provider": provider.name},
+                )
+                continue
+            except ProviderError:
+                raise
+            except Exception as exc:
+                log.error(  # the class only: its text or traceback may quote the rendered message
+                    "provider %s raised an unclassified %s",
+                    provider.name,
+                    type(exc).__name__,
+                    extra={"notification_id": n.id, "event_id": n.event_id, "provider": provider.name},
+                    exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+                )
+                if not last:
+                    continue
+                raise TransientProviderError(
+                    str(exc), provider=provider.name, code=type(exc).__name__
+                ) from exc
+            attempts[-1].outcome = "sent"
+            attempts[-1].provider_message_id = result.provider_message_id
+            attempts[-1].http_status = result.http_status
+            return result
+        raise AssertionError("unreachable: the chain is never empty")
+
+
+def attempt_row(
+    n: ClaimedNotification,
+    number: int,
+    provider: str,
+    to: str,
+    started: datetime,
+    finished: datetime,
+    error: BaseException | None,
+) -> Attempt:
+    """The attempt row of one provider call: ``sent``, or how the error classifies it."""
+    row = Attempt(
+        notification_id=n.id,
+        attempt=number,
+        provider=provider,
+        recipient=to,
+        started_at=started,
+        finished_at=finished,
+        outcome="sent",
+    )
+    if error is None:
+        return row
+    if isinstance(error, ProviderError):
+        row.outcome = (
+            "invalid_recipient"
+            if isinstance(error, InvalidRecipient)
+            else "transient"
+            if isinstance(error, TransientProviderError)
+            else "permanent"
+        )
+        row.error_code, row.error_message, row.http_status = error.code, error.message, error.http_status
+        return row
+    row.outcome, row.error_code, row.error_message = "permanent", type(error).__name__, str(error)
+    return row
