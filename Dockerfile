@@ -9,6 +9,8 @@ COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt
 COPY clarion ./clarion
+COPY commands ./commands
+COPY core ./core
 COPY api ./api
 COPY workers ./workers
 COPY providers ./providers

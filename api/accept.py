@@ -27,7 +27,7 @@ import asyncpg
 from api.accept_checks import Recipient, check_content, check_push_devices, find_recipients
 from api.errors import ApiError
 from api.models import UserIn
-from api.submission import AcceptResult, Decision, Submission
+from api.submission import AcceptDecision, AcceptResult, Submission
 from core.render import Renderer
 from core.templates import TemplateSource
 from schema.enums import Status
@@ -83,7 +83,7 @@ RETURNING id
 
 async def accept_many(
     *, conn: asyncpg.Connection, renderer: Renderer, sends: Sequence[Submission]
-) -> list[Decision]:
+) -> list[AcceptDecision]:
     """Accept ``sends`` in one transaction; returns, in order, each one's ``AcceptResult`` or the
     ``ApiError`` (4xx) that refused it. A refused send writes nothing.
 
@@ -91,7 +91,7 @@ async def accept_many(
     different body is a 409. Raises only what the database raises (the transaction is then rolled
     back whole: nothing of any send is kept).
     """
-    decisions: list[Decision | None] = [None] * len(sends)
+    decisions: list[AcceptDecision | None] = [None] * len(sends)
     todo = list(range(len(sends)))
     async with conn.transaction():
         while todo:
@@ -128,7 +128,7 @@ async def _accept_round(
     renderer: Renderer,
     sends: Sequence[Submission],
     batch: list[int],
-    decisions: list[Decision | None],
+    decisions: list[AcceptDecision | None],
 ) -> None:
     fresh = await _not_repeats(conn, sends, batch, decisions)
     recipients = await find_recipients(conn, sends, fresh, decisions)
@@ -146,7 +146,10 @@ async def _accept_round(
 
 
 async def _not_repeats(
-    conn: asyncpg.Connection, sends: Sequence[Submission], batch: list[int], decisions: list[Decision | None]
+    conn: asyncpg.Connection,
+    sends: Sequence[Submission],
+    batch: list[int],
+    decisions: list[AcceptDecision | None],
 ) -> list[int]:
     """Decide the sends whose event id was used before; return the others."""
     seen = await _existing(conn, [sends[i] for i in batch])
@@ -167,7 +170,7 @@ async def _existing(
     return {(r["tenant_id"], r["event_id"]): r for r in rows}
 
 
-def _repeat(row: asyncpg.Record, send: Submission) -> Decision:
+def _repeat(row: asyncpg.Record, send: Submission) -> AcceptDecision:
     if row["request_hash"] != send.digest:
         return ApiError(
             409,
@@ -221,7 +224,7 @@ async def _insert_notifications(
     passed: list[int],
     recipients: dict[int, Recipient],
     templates: dict[int, TemplateSource],
-    decisions: list[Decision | None],
+    decisions: list[AcceptDecision | None],
 ) -> None:
     now = datetime.now(UTC)
     order = sorted(passed, key=lambda i: sends[i].event_key)

@@ -16,9 +16,9 @@ from uuid import UUID
 import asyncpg
 
 from api.errors import ApiError
-from api.submission import Decision, Submission
+from api.submission import AcceptDecision, Submission
 from core.render import Renderer, RenderError
-from core.templates import TemplateSource, resolve_template_pg
+from core.templates import TemplateSource, resolve_template
 from schema.enums import Channel
 
 if TYPE_CHECKING:
@@ -62,7 +62,10 @@ def render_error(exc: RenderError) -> ApiError:
 
 
 async def find_recipients(
-    conn: asyncpg.Connection, sends: Sequence[Submission], fresh: list[int], decisions: list[Decision | None]
+    conn: asyncpg.Connection,
+    sends: Sequence[Submission],
+    fresh: list[int],
+    decisions: list[AcceptDecision | None],
 ) -> dict[int, Recipient]:
     """Each send's recipient as it will be once its inline details are upserted; refuses sends to an
     unknown ``user_id`` and sends whose channel has no contact."""
@@ -112,7 +115,7 @@ async def check_push_devices(
     conn: asyncpg.Connection,
     sends: Sequence[Submission],
     recipients: dict[int, Recipient],
-    decisions: list[Decision | None],
+    decisions: list[AcceptDecision | None],
 ) -> None:
     """Refuse push sends whose user will have no active device (inline tokens a provider reported
     dead stay inactive)."""
@@ -140,7 +143,7 @@ async def check_content(
     renderer: Renderer,
     sends: Sequence[Submission],
     recipients: dict[int, Recipient],
-    decisions: list[Decision | None],
+    decisions: list[AcceptDecision | None],
 ) -> dict[int, TemplateSource]:
     """Render once now so a send that cannot render is refused (422) rather than failing later
     (inline content rendered before the transaction brings its outcome: ``Submission.rendered``).
@@ -156,7 +159,7 @@ async def check_content(
             locale = recipient.locale or principal.default_locale
             key = (principal.tenant_id, req.template, req.channel, locale, req.template_version)
             if key not in resolved:
-                resolved[key] = await resolve_template_pg(
+                resolved[key] = await resolve_template(
                     conn=conn, tenant_id=principal.tenant_id, name=str(req.template),
                     channel=req.channel.value, locale=locale, version=req.template_version,
                     default_locale=principal.default_locale,

@@ -1,6 +1,6 @@
 """Group commit for single sends: concurrent ``POST /v1/notifications`` share transactions.
 
-On these machines a database round trip costs far more than the rows it carries (FINDINGS: the
+On these machines a database round trip costs far more than the rows it carries (docs/findings.md: the
 per-request insert was the bottleneck of a plain pipeline). Each request hands its send to the
 :class:`AcceptQueue`, a :class:`clarion.coalesce.Coalescer` that runs everything waiting as one
 :func:`api.accept.accept_many` transaction whenever a connection slot is free: a lone send on an
@@ -22,7 +22,7 @@ import asyncpg
 
 from api.accept import accept_many
 from api.errors import is_db_unavailable
-from api.submission import AcceptResult, Decision, Prerendered, Submission
+from api.submission import AcceptDecision, AcceptResult, Prerendered, Submission
 from clarion.coalesce import Coalescer
 from core.render import Renderer, RenderError
 from schema.enums import Channel
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 async def accept_isolated(
     *, pool: asyncpg.Pool, renderer: Renderer, sends: Sequence[Submission]
-) -> list[Decision | Exception]:
+) -> list[AcceptDecision | Exception]:
     """Accept ``sends`` together; if that transaction fails, accept each alone. Returns, in order,
     each send's decision or the exception its own transaction raised."""
     try:
@@ -54,7 +54,8 @@ class AcceptQueue:
 
     ``max_in_flight`` transactions run at once: with one, sends queue behind each transaction's
     round trips; with many, batches shrink and each send pays more CPU. ``bench.e2e`` on this
-    2-core machine: 665 sends/s end to end with 2, 697 with 4, 608 with 8.
+    2-core machine (2026-11, before the storage and accept-path changes since; measure again with
+    ``python -m bench.e2e`` before changing it): 665 sends/s end to end with 2, 697 with 4, 608 with 8.
     """
 
     def __init__(
@@ -62,7 +63,7 @@ class AcceptQueue:
     ) -> None:
         self._pool, self._renderer = pool, renderer
 
-        async def run(sends: list[Submission]) -> list[Decision | Exception]:
+        async def run(sends: list[Submission]) -> list[AcceptDecision | Exception]:
             return await accept_isolated(pool=pool, renderer=renderer, sends=sends)
 
         self._sends: Coalescer[Submission, AcceptResult] = Coalescer(

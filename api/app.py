@@ -54,7 +54,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.renderer = Renderer()
         app.state.accepts = AcceptQueue(pool=pool, renderer=app.state.renderer)
         app.state.key_cache = KeyCache()
-        app.state.ingress = IngressLimits.build(settings=settings, engine=engine)
+        app.state.ingress = IngressLimits.build(settings=settings, pool=pool)
         app.state.queues = QueueMonitor(engine=engine, bootstrap=settings.kafka_bootstrap or "")
         await outbox.start()
         try:

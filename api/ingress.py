@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import asyncpg
 from fastapi import Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import ApiError
@@ -39,8 +39,8 @@ class IngressLimits:
     limiter: RateLimiter
 
     @classmethod
-    def build(cls, *, settings: Settings, engine: AsyncEngine) -> IngressLimits:
-        return cls(RulesCache.from_engine(engine), build_rate_limiter(settings.redis_url))
+    def build(cls, *, settings: Settings, pool: asyncpg.Pool) -> IngressLimits:
+        return cls(RulesCache.from_pool(pool), build_rate_limiter(settings.redis_url))
 
     async def aclose(self) -> None:
         await self.limiter.aclose()

@@ -61,7 +61,7 @@ class Submission:
         return self.principal.tenant_id, self.req.external_user_id
 
 
-Decision = AcceptResult | ApiError
+AcceptDecision = AcceptResult | ApiError
 
 
 def request_hash(req: NotificationIn) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -266,19 +267,18 @@ async def list_templates(
 
 
 async def preview_template(
-    *, engine: AsyncEngine, renderer: Renderer, tenant_id: str, default_locale: str, name: str, req: PreviewIn
+    *, pool: asyncpg.Pool, renderer: Renderer, tenant_id: str, default_locale: str, name: str, req: PreviewIn
 ) -> PreviewOut:
     """Render the template a send would use with ``req.data``; ``422`` names the missing variable."""
-    async with engine.connect() as conn:
-        template = await resolve_template(
-            conn=conn,
-            tenant_id=tenant_id,
-            name=name,
-            channel=req.channel.value,
-            locale=req.locale or default_locale,
-            version=req.version,
-            default_locale=default_locale,
-        )
+    template = await resolve_template(
+        conn=pool,
+        tenant_id=tenant_id,
+        name=name,
+        channel=req.channel.value,
+        locale=req.locale or default_locale,
+        version=req.version,
+        default_locale=default_locale,
+    )
     if template is None:
         raise ApiError(404, "unknown_template", f"No {req.channel.value} template '{name}'.")
     try:

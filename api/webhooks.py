@@ -43,16 +43,12 @@ from twilio.request_validator import RequestValidator
 
 from api.errors import ApiError
 from clarion import metrics
+from core.preferences import record_opt_outs
+from providers import twilio
 
 TWILIO_FINAL = frozenset({"delivered", "undelivered", "failed"})
-# Delivery errors after which this number will not take messages (docs/providers.md 3.3).
-TWILIO_DEAD_CODES = {
-    "30004": "message blocked by the recipient or carrier",
-    "30005": "unknown destination handset",
-    "30006": "landline or unreachable carrier",
-    "21610": "recipient unsubscribed (replied STOP)",
-}
-TWILIO_OPT_OUT_CODES = frozenset({"21610", "30004"})
+TWILIO_DEAD_CODES = twilio.DEAD_NUMBER_CODES
+TWILIO_OPT_OUT_CODES = twilio.OPT_OUT_CODES
 
 SENDGRID_RECORDED = frozenset(
     {"delivered", "bounce", "dropped", "deferred", "spamreport", "unsubscribe", "group_unsubscribe"}
@@ -91,25 +87,8 @@ def _count(provider: str, event: str, result: str, n: int = 1) -> None:
         metrics.PROVIDER_WEBHOOK_EVENTS.labels(provider, event, result).inc(n)
 
 
-# An opt-out of a whole channel reported by the provider (a STOP reply, a hard bounce, a spam
-# report) also closes that channel in every category the user had opted into: preferences resolve
-# most specific first, so an earlier "orders by SMS" (or "orders on every channel") would otherwise
-# outrank the STOP, and every such send would go to a number or address that refuses it.
-_OPT_OUT = """
-INSERT INTO preferences (user_id, channel, category, opted_in)
-SELECT $1, $2, c.category, false
-  FROM (SELECT $3::text AS category
-        UNION
-        SELECT p.category FROM preferences p WHERE $3 = '*' AND p.user_id = $1 AND p.opted_in
-           AND p.channel IN ($2, '*')) AS c
-ON CONFLICT (user_id, channel, category) DO UPDATE SET opted_in = false, updated_at = now()
-"""
-
-
 async def _opt_out(conn: asyncpg.Connection, opt_outs: Sequence[_OptOut]) -> None:
-    if not opt_outs:
-        return
-    await conn.executemany(_OPT_OUT, [(o.user_id, o.channel, o.category) for o in opt_outs])
+    await record_opt_outs(conn=conn, opt_outs=[(o.user_id, o.channel, o.category) for o in opt_outs])
 
 
 # --- Twilio ---------------------------------------------------------------------------------------

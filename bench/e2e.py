@@ -27,9 +27,9 @@ from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
+from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
+from harness.tenants import make_tenant
 from schema.db import create_engine
-from tests.conftest import make_tenant
-from tests.fixtures.services import ClarionProcess, drop_database, fresh_database, wait_until
 
 
 def body(i: int, channel: str) -> dict[str, object]:

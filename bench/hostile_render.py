@@ -21,9 +21,9 @@ import aiohttp
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.settings import Settings
+from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
+from harness.tenants import make_tenant
 from schema.db import create_engine
-from tests.conftest import make_tenant
-from tests.fixtures.services import ClarionProcess, drop_database, fresh_database, wait_until
 
 SHARED = "{% set a=[1] %}" + "{% set a=[a,a] %}" * 24
 BOMBS = {

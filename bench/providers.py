@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.providers [--sends 2000] [--concurrency 100] [--only twilio]
 
-Each fake runs in its own subprocess (``python -m tests.fakes.<name>``), so the figure is the
+Each fake runs in its own subprocess (``python -m harness.fakes.<name>``), so the figure is the
 adapter's client-side cost plus the fake's, on the same machine. For the HTTP/1.1 providers an
 ``httpx`` row posts the identical request with a plain ``httpx.AsyncClient`` (same pool size): the
 client the adapters used before they moved to aiohttp.
@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from harness.fakes import make_message
 from providers.apns import ApnsProvider
 from providers.base import Provider
 from providers.fcm import FcmProvider
@@ -29,14 +30,13 @@ from providers.sendgrid import SendGridProvider
 from providers.settings import ApnsSettings, FcmSettings, SendGridSettings, TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
-from tests.fakes import make_message
 
 WARMUP_SENDS = 200
 
 
 def start_fake(name: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     process = subprocess.Popen(
-        [sys.executable, "-m", f"tests.fakes.{name}", "--no-record"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", f"harness.fakes.{name}", "--no-record"], stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     return process, json.loads(process.stdout.readline())

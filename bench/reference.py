@@ -1,6 +1,6 @@
 """The reference pipeline Clarion is measured against, run on this machine under the same load.
 
-A straightforward FastAPI + asyncpg + aiokafka + Redis + aiohttp pipeline, as FINDINGS.md describes
+A straightforward FastAPI + asyncpg + aiokafka + Redis + aiohttp pipeline, as docs/findings.md ("A reference point") describes
 it (about 2,000 notifications/s end to end when it was measured there):
 
 - API (FastAPI on uvicorn, uvloop + httptools): checks the bearer key, validates the body with
@@ -41,8 +41,8 @@ from bench.e2e import Measurement, count_at_least, drive, print_figures, ready
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
+from harness.services import drop_database, pg_url, wait_until
 from schema.db import ensure_database
-from tests.fixtures.services import drop_database, pg_url, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "reference.email"

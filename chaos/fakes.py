@@ -1,7 +1,7 @@
 """Provider fakes as separate processes, with a storm knob and a ledger of what they received.
 
 ``python -m chaos.fakes sendgrid|twilio --port N [--p5xx 0.3 --p429 0.05 --ptimeout 0.02]`` serves
-the protocol-faithful fake from ``tests.fakes`` and answers a random share of calls with a 5xx, a
+the protocol-faithful fake from ``harness.fakes`` and answers a random share of calls with a 5xx, a
 429 with ``Retry-After``, or a hang followed by a 504 (the client has given up by then: nothing is
 delivered). ``GET /_chaos/ledger`` returns, per delivery key (SendGrid: the
 ``custom_args.notification_id``; Twilio: the ``To`` number), how many calls were accepted and
@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.base import AiohttpFake, Forced, RecordedRequest, json_response
+from harness.fakes.base import AiohttpFake, Forced, RecordedRequest, json_response
 
 _current: contextvars.ContextVar[web.Request | None] = contextvars.ContextVar("request", default=None)
 
@@ -76,12 +76,12 @@ class Storm:
 
 def build(kind: str, port: int, storm: Storm, api_key: str | None) -> AiohttpFake:
     if kind == "sendgrid":
-        from tests.fakes.sendgrid import FakeSendGrid
+        from harness.fakes.sendgrid import FakeSendGrid
 
         base: type[AiohttpFake] = FakeSendGrid
         kwargs: dict[str, Any] = {"api_key": api_key} if api_key else {}
     elif kind == "twilio":
-        from tests.fakes.twilio import FakeTwilio
+        from harness.fakes.twilio import FakeTwilio
 
         base, kwargs = FakeTwilio, {}
     else:

@@ -34,8 +34,6 @@ from typing import Any, Literal, cast
 from uuid import UUID
 
 import asyncpg
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
 from core.ratelimit import ElasticPool, InvalidRule, Rule, check_rule_parameters
@@ -153,9 +151,12 @@ class Snapshot:
 class RulesCache:
     """A `Snapshot` refreshed from the DB when older than ``ttl_s`` (see module docstring)."""
 
-    def __init__(self, fetch: Fetch, *, ttl_s: float = REFRESH_TTL_S) -> None:
+    def __init__(
+        self, fetch: Fetch, *, ttl_s: float = REFRESH_TTL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._fetch = fetch
         self.ttl_s = ttl_s
+        self._clock = clock
         self._snapshot: Snapshot | None = None
         self._loaded_at = 0.0
         self._lock = asyncio.Lock()
@@ -167,22 +168,14 @@ class RulesCache:
 
         return cls(fetch, ttl_s=ttl_s)
 
-    @classmethod
-    def from_engine(cls, engine: AsyncEngine, *, ttl_s: float = REFRESH_TTL_S) -> RulesCache:
-        async def fetch(sql: str) -> Sequence[Mapping[str, Any]]:
-            async with engine.connect() as conn:
-                return [dict(r) for r in (await conn.execute(sa.text(sql))).mappings()]
-
-        return cls(fetch, ttl_s=ttl_s)
-
     async def current(self) -> Snapshot:
         """The snapshot, reloaded first if older than ``ttl_s``. If a reload fails, the previous
         snapshot stays in force (and the reload is tried again after ``ttl_s``); with no previous
         snapshot the error propagates."""
-        if self._snapshot is not None and time.monotonic() - self._loaded_at < self.ttl_s:
+        if self._snapshot is not None and self._clock() - self._loaded_at < self.ttl_s:
             return self._snapshot
         async with self._lock:
-            if self._snapshot is not None and time.monotonic() - self._loaded_at < self.ttl_s:
+            if self._snapshot is not None and self._clock() - self._loaded_at < self.ttl_s:
                 return self._snapshot
             try:
                 self._snapshot = await self._load()
@@ -190,7 +183,7 @@ class RulesCache:
                 if self._snapshot is None:
                     raise
                 log.warning("rate-limit rules not refreshed; keeping the previous ones", exc_info=True)
-            self._loaded_at = time.monotonic()
+            self._loaded_at = self._clock()
             return self._snapshot
 
     async def _load(self) -> Snapshot:

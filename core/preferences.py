@@ -12,8 +12,11 @@ not yet sent, also one waiting in ``delayed`` or ``retrying``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
 
 ANY = "*"
 
@@ -54,3 +57,25 @@ def decide(
             return PreferenceDecision(prefs[key], f"preference {source}")
     state = "in" if rule.default_opted_in else "out"
     return PreferenceDecision(rule.default_opted_in, f"category '{category}' default (opted {state})")
+
+
+# An opt-out of a whole channel reported by the provider (a STOP reply, a hard bounce, a spam
+# report) also closes that channel in every category the user had opted into: preferences resolve
+# most specific first, so an earlier "orders by SMS" (or "orders on every channel") would otherwise
+# outrank the STOP, and every such send would go to a number or address that refuses it.
+OPT_OUT_SQL = """
+INSERT INTO preferences (user_id, channel, category, opted_in)
+SELECT $1, $2, c.category, false
+  FROM (SELECT $3::text AS category
+        UNION
+        SELECT p.category FROM preferences p WHERE $3 = '*' AND p.user_id = $1 AND p.opted_in
+           AND p.channel IN ($2, '*')) AS c
+ON CONFLICT (user_id, channel, category) DO UPDATE SET opted_in = false, updated_at = now()
+"""
+
+
+async def record_opt_outs(*, conn: asyncpg.Connection, opt_outs: Sequence[tuple[UUID, str, str]]) -> None:
+    """Record opt-outs a provider reported, each (user id, channel, category or ``*``), so that
+    :func:`decide` finds them first (see ``OPT_OUT_SQL``)."""
+    if opt_outs:
+        await conn.executemany(OPT_OUT_SQL, list(opt_outs))

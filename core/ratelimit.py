@@ -167,18 +167,18 @@ class RetryAfter:
         return False
 
 
-Decision: TypeAlias = Allowed | RetryAfter
+LimitDecision: TypeAlias = Allowed | RetryAfter
 
 
 class RateLimiter(Protocol):
     """Admits or rejects requests against per-key `Rule`s, shared by everything using one store."""
 
-    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> Decision:
+    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> LimitDecision:
         """Decide one request of ``cost`` events on ``key`` atomically; raises ValueError if
         ``cost`` can never fit the rule's capacity."""
         ...
 
-    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[Decision]:
+    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[LimitDecision]:
         """Decide ``(key, rule, cost)`` requests in order, as if by sequential `acquire` calls."""
         ...
 
@@ -187,7 +187,7 @@ class RateLimiter(Protocol):
         ...
 
 
-def rate_limit_headers(rule: Rule, decision: Decision) -> dict[str, str]:
+def rate_limit_headers(rule: Rule, decision: LimitDecision) -> dict[str, str]:
     """HTTP headers for a decision: ``RateLimit-Limit/Remaining/Reset`` and, when rejected,
     ``Retry-After``; seconds are rounded up so a client honouring them is not rejected again."""
     headers = {
@@ -277,11 +277,11 @@ class MemoryRateLimiter:
         self._tats: dict[str, tuple[float, float]] = {}
         self._prune_at_size = 1024
 
-    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> Decision:
+    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> LimitDecision:
         """See `RateLimiter.acquire`; atomic because it never awaits."""
         return self._decide(key, gcra_plan(key, rule, cost), self._now_us())
 
-    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[Decision]:
+    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[LimitDecision]:
         """See `RateLimiter.acquire_many`; all requests are decided at one clock reading."""
         plans = [(key, gcra_plan(key, rule, cost)) for key, rule, cost in requests]
         now_us = self._now_us()
@@ -298,7 +298,7 @@ class MemoryRateLimiter:
         stamp_us, ahead_us = self._tats.get(key, (now_us, 0.0))
         return max(stamp_us - now_us + ahead_us, 0.0)
 
-    def _decide(self, key: str, plan: GcraPlan, now_us: float) -> Decision:
+    def _decide(self, key: str, plan: GcraPlan, now_us: float) -> LimitDecision:
         # Mirrors GCRA_LUA in core.ratelimit_redis line for line; "ahead" is max(tat, now) - now.
         p, cost = plan.primary, plan.cost
         ahead = self._ahead_us(key, now_us)

@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from core.ratelimit import Allowed, Decision, GcraPlan, RetryAfter, Rule, gcra_plan
+from core.ratelimit import Allowed, GcraPlan, LimitDecision, RetryAfter, Rule, gcra_plan
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +141,9 @@ def fail_open_counter(registry: CollectorRegistry = REGISTRY) -> Counter:
     return counter
 
 
-def _decisions(reply: list[Any]) -> list[Decision]:
+def _decisions(reply: list[Any]) -> list[LimitDecision]:
     values = [int(v) for v in reply]
-    decisions: list[Decision] = []
+    decisions: list[LimitDecision] = []
     for i in range(0, len(values), 5):
         admitted, remaining, retry_after_ms, reset_after_ms, over_limit = values[i : i + 5]
         if admitted:
@@ -220,11 +220,11 @@ class RedisRateLimiter:
             client, prefix=prefix, registry=registry, retry_interval_s=retry_interval_s, owns_client=True
         )
 
-    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> Decision:
+    async def acquire(self, key: str, rule: Rule, cost: int = 1) -> LimitDecision:
         """See `core.ratelimit.RateLimiter.acquire`; one round trip, fails open."""
         return (await self.acquire_many([(key, rule, cost)]))[0]
 
-    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[Decision]:
+    async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[LimitDecision]:
         """See `core.ratelimit.RateLimiter.acquire_many`; one round trip. Each run of up to
         `CHUNK` requests is decided atomically at one server time, in order. Fails open as a whole."""
         if not requests:
@@ -286,7 +286,7 @@ class RedisRateLimiter:
 
     def _fail_open(
         self, requests: list[tuple[str, Rule, int]], exc: BaseException | None = None
-    ) -> list[Decision]:
+    ) -> list[LimitDecision]:
         if exc is not None:
             self._down_until = time.monotonic() + self._retry_interval_s
             if not self._in_outage:

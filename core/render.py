@@ -413,8 +413,9 @@ class Renderer:
         except RenderError as exc:
             if not exc.timed_out or budget is not None:
                 raise
-            # The CPU clock also counts what the template did not cause (a garbage collection, the
-            # machine pausing this thread): one more try tells an unlucky render from a slow template.
+            # The CPU clock also counts what the template did not cause (a full garbage collection
+            # took ~170 ms of CPU in a worker before gc.freeze, see workers/app.py): one more try
+            # tells an unlucky render from a slow template.
             out = self._render_parts(compiled, data, max_ms)
         rendered_subject = out.get("subject")
         if rendered_subject is not None and breaks_header(rendered_subject):

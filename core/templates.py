@@ -55,42 +55,8 @@ def locale_candidates(locale: str | None, default_locale: str = "en") -> list[st
     return candidates
 
 
-async def resolve_template(
-    *,
-    conn: AsyncConnection | AsyncSession,
-    tenant_id: str,
-    name: str,
-    channel: str,
-    locale: str | None,
-    version: int | None = None,
-    default_locale: str = "en",
-) -> Template | None:
-    """The tenant's template ``name`` for ``channel`` in the best available locale, or None.
-
-    Locales are tried as :func:`locale_candidates` orders them (case-insensitively). Without ``version``
-    the active version is returned (the highest, should several be active); with it, exactly that
-    version, active or not. One query.
-    """
-    candidates = locale_candidates(locale, default_locale)
-    rank = {candidate.lower(): i for i, candidate in enumerate(candidates)}
-    query = sa.select(_templates).where(
-        _templates.c.tenant_id == tenant_id,
-        _templates.c.name == name,
-        _templates.c.channel == str(channel),
-        sa.func.lower(_templates.c.locale).in_(list(rank)),
-    )
-    if version is None:
-        query = query.where(_templates.c.active.is_(True))
-    else:
-        query = query.where(_templates.c.version == version)
-    connection = await conn.connection() if isinstance(conn, AsyncSession) else conn
-    rows = (await connection.execute(query)).mappings().all()
-    best = _best([dict(r) for r in rows], rank)
-    return Template(**best) if best is not None else None
-
-
 _RESOLVE_SQL = """
-SELECT locale, version, subject, body, html FROM templates
+SELECT locale, version, active, subject, body, html FROM templates
  WHERE tenant_id = $1 AND name = $2 AND channel = $3 AND lower(locale) = ANY($4::text[])
    AND (CASE WHEN $5::int IS NULL THEN active ELSE version = $5::int END)
 """
@@ -102,12 +68,13 @@ class TemplateSource:
 
     locale: str
     version: int
+    active: bool
     subject: str | None
     body: str
     html: str | None
 
 
-async def resolve_template_pg(
+async def resolve_template(
     *,
     conn: asyncpg.Connection | asyncpg.Pool,
     tenant_id: str,
@@ -117,7 +84,12 @@ async def resolve_template_pg(
     version: int | None = None,
     default_locale: str = "en",
 ) -> TemplateSource | None:
-    """:func:`resolve_template` over a plain asyncpg connection (the API's and workers' hot path)."""
+    """The tenant's template ``name`` for ``channel`` in the best available locale, or None.
+
+    Locales are tried as :func:`locale_candidates` orders them (case-insensitively). Without ``version``
+    the active version is returned (the highest, should several be active); with it, exactly that
+    version, active or not. One query; the one lookup of the API (accept, preview) and the workers.
+    """
     candidates = locale_candidates(locale, default_locale)
     rank = {candidate.lower(): i for i, candidate in enumerate(candidates)}
     rows = await conn.fetch(_RESOLVE_SQL, tenant_id, name, str(channel), list(rank), version)

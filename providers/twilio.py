@@ -29,8 +29,18 @@ from providers.errors import (
 from providers.settings import TwilioSettings
 from schema.enums import Channel
 
+STOP_REPLY = 21610  # the recipient replied STOP: Twilio refuses every later message to them
+# Delivery errors a status callback reports after which this number will not take messages
+# (docs/providers.md 3.3), and those of them that mean the user opted out of SMS.
+DEAD_NUMBER_CODES = {
+    "30004": "message blocked by the recipient or carrier",
+    "30005": "unknown destination handset",
+    "30006": "landline or unreachable carrier",
+    str(STOP_REPLY): "recipient unsubscribed (replied STOP)",
+}
+OPT_OUT_CODES = frozenset({str(STOP_REPLY), "30004"})
 # Invalid, unreachable, landline or opted-out (STOP) destination: stop sending to the number.
-_INVALID_RECIPIENT = frozenset({21211, 21610, 21612, 21614, 21635})
+_INVALID_RECIPIENT = frozenset({21211, STOP_REPLY, 21612, 21614, 21635})
 # Too many requests; the sender's queue would exceed 10 hours.
 _TRANSIENT = frozenset({20429, 21611})
 MAX_VALIDITY_PERIOD_S = 36000

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +17,10 @@ from api.relay import Relay
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
-from clarion.tenants import create_api_key, ensure_tenant
-from core.templates import install_default_templates
+from harness.services import ApiServer, drop_database, fresh_database
+from harness.tenants import TenantInfo, make_tenant
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.fixtures.services import ApiServer, drop_database, fresh_database
 from workers.app import Worker
 
 
@@ -105,26 +103,6 @@ async def stack(settings: Settings, api: ApiServer, engine: AsyncEngine) -> Asyn
     await publisher.close()
     for w in workers.values():
         await w.stop()
-
-
-@dataclass
-class TenantInfo:
-    id: str
-    key: str
-
-
-async def make_tenant(
-    engine: AsyncEngine,
-    *,
-    scopes: tuple[str, ...] = ("send", "read", "admin", "preferences"),
-    tenant_id: str | None = None,
-) -> TenantInfo:
-    tenant_id = tenant_id or f"t-{secrets.token_hex(4)}"
-    async with engine.begin() as conn:
-        await ensure_tenant(conn, tenant_id=tenant_id)
-        await install_default_templates(conn=conn, tenant_id=tenant_id)
-        key = await create_api_key(conn, tenant_id=tenant_id, scopes=scopes)
-    return TenantInfo(tenant_id, key)
 
 
 @pytest.fixture

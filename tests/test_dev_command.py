@@ -16,7 +16,7 @@ import httpx
 
 from clarion.broker import free_port
 from commands.runner import first_send_curl
-from tests.fixtures.services import ROOT, drop_database, pg_url, wait_until
+from harness.services import ROOT, drop_database, pg_url, wait_until
 
 
 def _listening(port: int) -> bool:

@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
+from harness.services import ROOT, settings_env
 from schema.ids import uuid7
 from tests.conftest import TenantInfo
-from tests.fixtures.services import ROOT, settings_env
 
 DEAD = """
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,

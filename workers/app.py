@@ -244,7 +244,7 @@ class Worker:
             self._providers = build_providers(
                 settings.providers, sandbox_store=PgSandboxStore(settings.database_url)
             )
-        steps = build_steps(settings=settings, channel=self.channel, pool=pool)
+        steps = build_steps(settings=settings, channel=self.channel, pool=pool, providers=self._providers)
         sender = Sender(
             channel=self.channel,
             pool=pool,

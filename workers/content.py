@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncpg
 
 from core.render import RenderedContent, Renderer, RenderError
-from core.templates import resolve_template_pg
+from core.templates import resolve_template
 from workers.claim import ClaimedNotification
 
 Source = tuple[str | None, str, str | None]  # subject (or push title), body, html
@@ -38,7 +38,7 @@ class Content:
         key = (n.tenant_id, str(n.template), n.channel.value, n.locale, n.template_version)
         source = self._templates.get(key)
         if source is None:
-            template = await resolve_template_pg(
+            template = await resolve_template(
                 conn=self.pool,
                 tenant_id=n.tenant_id,
                 name=str(n.template),

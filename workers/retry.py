@@ -105,8 +105,11 @@ class RetryPolicy:
         calling (the circuit breaker); ``on_attempt(started, finished, error)`` sees every call.
         """
         attempts = max(1, min(self.in_process_attempts, budget if budget is not None else 1 << 30))
-        # The first call needs no retry machinery (building it costs more than a sandbox send);
-        # only after a transient failure does tenacity take over, with that failure as attempt 1.
+        # The first call needs no retry machinery: building tenacity's AsyncRetrying and entering
+        # its first attempt costs ~30 us against ~0.1 us for a plain await (timeit, 2026-11-25),
+        # more than a sandbox send. Only after a transient failure does tenacity take over; the
+        # failure already made is replayed as its attempt 1 (``raise made.pop()``), so its stop and
+        # wait rules count it like any other.
         if before_attempt is not None:
             before_attempt()
         try:

@@ -40,9 +40,9 @@ from clarion.rules import RulesCache, RuleSpec
 from core.limiter import build_rate_limiter
 from core.ratelimit import (
     Allowed,
-    Decision,
     ElasticPool,
     InvalidRule,
+    LimitDecision,
     MemoryRateLimiter,
     RateLimiter,
     RetryAfter,
@@ -50,10 +50,7 @@ from core.ratelimit import (
 )
 from core.render import RenderedContent
 from providers.errors import ProviderError
-from providers.registry import REAL_PROVIDERS
-from providers.sandbox import SandboxProvider
-from providers.settings import ProvidersSettings
-from providers.smtp import SmtpProvider
+from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel, Priority, Status
 from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
@@ -88,20 +85,15 @@ def _paced(spec: RuleSpec, factor: float) -> Rule:
         return spec.to_rule()
 
 
-def provider_names(settings: ProvidersSettings, channel: Channel) -> Callable[[str | None], str | None]:
-    """The provider account name a message to ``platform`` on ``channel`` goes through, as
-    `providers.registry.build_providers` routes it (None: no provider would take it). Mirrors
-    that routing table; keep the two in step."""
+def provider_names(providers: ProviderSet, channel: Channel) -> Callable[[str | None], str | None]:
+    """The provider a message to ``platform`` on ``channel`` goes through (None: no provider would
+    take it), asked of the worker's own ``ProviderSet``: the routing table has one home."""
 
     def name_for(platform: str | None) -> str | None:
-        for route in ((channel, platform), (channel, None)):
-            if route in REAL_PROVIDERS:
-                field_name, _ = REAL_PROVIDERS[route]
-                if getattr(settings, field_name).configured:
-                    return field_name
-        if channel is Channel.email and settings.smtp.configured:
-            return SmtpProvider.name
-        return SandboxProvider.name if settings.sandbox.enabled else None
+        try:
+            return providers.for_message(channel, platform).name
+        except NoProviderConfigured:
+            return None
 
     return name_for
 
@@ -223,7 +215,7 @@ class ThrottleGate:
         ]
         return self._verdict(row, caps, await self._acquire(caps))
 
-    async def _acquire(self, checks: list[Check]) -> list[Decision]:
+    async def _acquire(self, checks: list[Check]) -> list[LimitDecision]:
         if not checks:
             return []
         return await self.limiter.acquire_many(
@@ -231,7 +223,7 @@ class ThrottleGate:
         )
 
     def _verdict(
-        self, row: ClaimedNotification, checks: list[Check], decisions: list[Decision]
+        self, row: ClaimedNotification, checks: list[Check], decisions: list[LimitDecision]
     ) -> Outcome | None:
         refused = [
             (spec, key, rule, d)
@@ -283,7 +275,7 @@ class ThrottleGate:
         return due
 
 
-def _spare_capacity_pool(pacing: list[Check], decisions: list[Decision]) -> ElasticPool | None:
+def _spare_capacity_pool(pacing: list[Check], decisions: list[LimitDecision]) -> ElasticPool | None:
     """The pacing key (all admitted this call) with the least room left, read-only: its owner,
     the pacing check, has already charged it for this notification."""
     admitted = [

@@ -13,6 +13,7 @@ import asyncpg
 from clarion.rules import RulesCache
 from clarion.settings import Settings
 from providers.errors import ProviderError
+from providers.registry import ProviderSet
 from schema.enums import Channel
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import build_content_dedupe
@@ -30,7 +31,7 @@ class Steps:
     on_provider_error: Callable[[ProviderError], None] | None = None
 
 
-def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool) -> Steps:
+def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool, providers: ProviderSet) -> Steps:
     """The steps for ``channel``: screens run on the claimed batch, gates per notification."""
     steps = Steps()
     # Opt-out before quiet hours: an unwanted notification is suppressed, not held.
@@ -50,7 +51,7 @@ def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool) -> 
         ThrottleGate(
             rules=rules,
             limiter=shared_rate_limiter(settings.redis_url),
-            provider_name=provider_names(settings.providers, channel),
+            provider_name=provider_names(providers, channel),
             pacing=pacing,
         ),
     ]

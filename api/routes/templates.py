@@ -94,7 +94,7 @@ async def preview(
     """Render with ``data`` as a send would; ``422 missing_template_variable`` names what is missing."""
     state = request.app.state
     return await preview_template(
-        engine=state.engine,
+        pool=state.pool,
         renderer=state.renderer,
         tenant_id=principal.tenant_id,
         default_locale=principal.default_locale,

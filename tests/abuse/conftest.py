@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.broker import free_port
 from clarion.settings import Settings
+from harness.services import ClarionProcess, wait_until
 from tests.conftest import make_tenant
-from tests.fixtures.services import ClarionProcess, wait_until
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import CACHE_TTL_S
+from harness.services import ApiServer
 from tests.conftest import TenantInfo, make_tenant
-from tests.fixtures.services import ApiServer
 
 
 def _bearer(key: str) -> dict[str, str]:

@@ -21,21 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
 from clarion.tokens import Purpose, make_token
-from tests.api.test_send_validation import count_notifications, email_send
+from harness.services import ApiServer
 from tests.conftest import Stack, TenantInfo
-from tests.e2e.test_delivery import sandbox_for, wait_status
-from tests.fixtures.services import ApiServer
-
-
-def refused(response: httpx.Response, *statuses: int) -> dict[str, Any]:
-    """The error of a clean refusal: one of ``statuses`` (any 4xx when none) with the error shape."""
-    ok = response.status_code in statuses if statuses else 400 <= response.status_code < 500
-    assert ok, f"{response.status_code}: {response.text[:500]}"
-    error = response.json()["error"]
-    assert isinstance(error["code"], str) and error["code"], error
-    assert isinstance(error["message"], str) and error["message"], error
-    return dict(error)
-
+from tests.fixtures.answers import refused
+from tests.fixtures.delivery import sandbox_for, wait_status
+from tests.fixtures.sends import count_notifications, email_send
 
 ESCAPES = [
     "{{ ''.__class__.__mro__[1].__subclasses__() }}",

@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
-from tests.fixtures.services import ApiServer, api_client
+from harness.services import ApiServer, api_client
 
 
 async def test_the_ops_page_refuses_to_be_framed(api: ApiServer) -> None:

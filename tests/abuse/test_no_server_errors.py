@@ -9,9 +9,9 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.abuse.test_hostile_input import refused
-from tests.api.test_send_validation import count_notifications, email_send
 from tests.conftest import TenantInfo
+from tests.fixtures.answers import refused
+from tests.fixtures.sends import count_notifications, email_send
 
 
 def _nested(depth: int) -> Any:

@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.rules import RuleSpec
 from clarion.settings import Settings
-from tests.abuse.test_hostile_input import refused
+from harness.services import ApiServer, api_client
 from tests.conftest import make_tenant
-from tests.fixtures.services import ApiServer, api_client
+from tests.fixtures.answers import refused
 
 CAP = 3
 

@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import create_app
-from tests.api.test_send_validation import email_send
+from harness.services import ApiServer, api_client
 from tests.conftest import METRICS_TOKEN, Stack, TenantInfo, make_tenant
-from tests.e2e.test_delivery import wait_status
-from tests.fixtures.services import ApiServer, api_client
+from tests.fixtures.delivery import wait_status
+from tests.fixtures.sends import email_send
 
 # Routes that take no API key: user-side links carry a signed token (see test_hostile_input) and
 # provider webhooks carry the provider's signature. Anything else must be tenant-isolated.

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from api.auth import KeyCache
-from tests.abuse.test_hostile_input import refused
-from tests.api.test_send_validation import email_send
-from tests.fixtures.services import ApiServer
+from harness.services import ApiServer
+from tests.fixtures.answers import refused
+from tests.fixtures.sends import email_send
 
 
 def key_cache(api: ApiServer) -> KeyCache:

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.api.test_send_validation import assert_error, email_send
+from harness.services import ApiServer
 from tests.conftest import Stack, make_tenant
-from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
-from tests.fixtures.services import ApiServer
+from tests.fixtures.answers import assert_error
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.sends import email_send
 
 
 async def test_batch_accepts_each_item_on_its_own(stack: Stack, client: httpx.AsyncClient) -> None:

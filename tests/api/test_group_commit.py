@@ -11,8 +11,8 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.api.test_send_validation import count_notifications, email_send
 from tests.conftest import TenantInfo
+from tests.fixtures.sends import count_notifications, email_send
 
 
 async def _users(engine: AsyncEngine, tenant_id: str) -> set[str]:

@@ -15,9 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
 from clarion.tenants import create_api_key
-from tests.api.test_send_validation import assert_error, count_notifications, email_send
+from harness.services import ApiServer, api_client, wait_until
 from tests.conftest import TenantInfo
-from tests.fixtures.services import ApiServer, api_client, wait_until
+from tests.fixtures.answers import assert_error
+from tests.fixtures.sends import count_notifications, email_send
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 PICKUP_S = 5.0

@@ -16,22 +16,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from clarion import status
 from clarion.broker import free_port
 from clarion.settings import Settings
-from tests.api.test_send_validation import email_send
+from harness.services import ROOT, ApiServer, api_client, wait_until
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, Stack, TenantInfo, make_tenant
-from tests.e2e.test_delivery import wait_status
-from tests.fixtures.services import ROOT, ApiServer, api_client, wait_until
+from tests.fixtures.answers import scrape
+from tests.fixtures.delivery import wait_status
+from tests.fixtures.sends import email_send
 
 LANES = ["main", "bulk", "retry", "dlq"]
-
-
-def scrape(text: str, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels`` (0 when none)."""
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
 
 
 async def metrics_text(api: ApiServer) -> str:

@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
 from clarion.tokens import InvalidToken, make_token, verify_token
-from tests.api.test_send_validation import assert_error
+from harness.services import ApiServer, api_client
 from tests.conftest import TenantInfo, make_tenant
-from tests.fixtures.services import ApiServer, api_client
+from tests.fixtures.answers import assert_error
 
 
 async def new_user(client: httpx.AsyncClient, external_id: str = "u-pref") -> None:

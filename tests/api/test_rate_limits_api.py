@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.api.test_send_validation import assert_error
+from harness.services import ApiServer, api_client
 from tests.conftest import make_tenant
-from tests.fixtures.services import ApiServer, api_client
+from tests.fixtures.answers import assert_error
 
 
 def cap(**overrides: Any) -> dict[str, Any]:

@@ -8,9 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_send_validation import assert_error, email_send
+from harness.services import ApiServer, api_client
 from tests.conftest import make_tenant
-from tests.fixtures.services import ApiServer, api_client
+from tests.fixtures.answers import assert_error
+from tests.fixtures.sends import email_send
 
 
 async def _send(client: httpx.AsyncClient, **overrides: Any) -> str:

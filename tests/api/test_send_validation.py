@@ -2,49 +2,16 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from harness.services import ApiServer
 from tests.conftest import TenantInfo, make_tenant
-from tests.fixtures.services import ApiServer
-
-
-def email_send(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "event_id": f"evt-{secrets.token_hex(6)}",
-        "user": {"id": "u-1", "email": "ada@example.com", "phone": "+14155550100", "locale": "en"},
-        "channel": "email",
-        "category": "orders",
-        "priority": "high",
-        "template": "order_shipped",
-        "data": {"order_id": "123"},
-    }
-    body.update(overrides)
-    return body
-
-
-async def count_notifications(engine: AsyncEngine, tenant_id: str) -> int:
-    async with engine.connect() as conn:
-        return int(
-            (
-                await conn.execute(
-                    sa.text("SELECT count(*) FROM notifications WHERE tenant_id = :t"), {"t": tenant_id}
-                )
-            ).scalar_one()
-        )
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code, error
-    assert isinstance(error["message"], str) and error["message"]
-    return dict(error)
+from tests.fixtures.answers import assert_error
+from tests.fixtures.sends import count_notifications, email_send
 
 
 async def test_valid_send_is_accepted_with_202(client: httpx.AsyncClient) -> None:

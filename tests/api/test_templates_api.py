@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_send_validation import assert_error
+from tests.fixtures.answers import assert_error
 
 
 def sms_template(**overrides: Any) -> dict[str, Any]:
@@ -154,8 +154,8 @@ async def test_shipped_defaults_are_there_for_a_new_tenant(client: httpx.AsyncCl
 
 
 async def test_creating_templates_needs_the_admin_scope(api: Any, engine: Any) -> None:
+    from harness.services import api_client
     from tests.conftest import make_tenant
-    from tests.fixtures.services import api_client
 
     sender = await make_tenant(engine, scopes=("send", "read"))
     async with api_client(api.url, sender.key) as c:

@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_send_validation import assert_error, email_send
+from tests.fixtures.answers import assert_error
+from tests.fixtures.sends import email_send
 
 
 def profile(**overrides: Any) -> dict[str, Any]:
@@ -121,8 +122,8 @@ async def test_devices_of_an_unknown_user_are_404(client: httpx.AsyncClient) -> 
 async def test_a_send_only_key_writing_a_profile_is_not_shown_the_device_tokens(
     client: httpx.AsyncClient, api: Any, engine: Any, tenant: Any
 ) -> None:
+    from harness.services import api_client
     from tests.conftest import make_tenant
-    from tests.fixtures.services import api_client
 
     token = secrets.token_hex(32)
     await client.put("/v1/users/u-dev", json=profile())

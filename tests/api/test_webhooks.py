@@ -19,11 +19,11 @@ from twilio.request_validator import RequestValidator
 
 from api.webhooks import sendgrid_signature_valid, twilio_signature_valid
 from clarion.settings import Settings
+from harness.fakes.sendgrid import FakeSendGrid
+from harness.services import ApiServer, api_client
 from providers.settings import ProvidersSettings
-from tests.api.test_send_validation import assert_error
 from tests.conftest import TenantInfo
-from tests.fakes.sendgrid import FakeSendGrid
-from tests.fixtures.services import ApiServer, api_client
+from tests.fixtures.answers import assert_error
 
 TWILIO_PATH = "/v1/webhooks/twilio/status"
 SENDGRID_PATH = "/v1/webhooks/sendgrid/events"

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from tests.api.test_send_validation import email_send
+from harness.services import ApiServer
 from tests.conftest import Stack, TenantInfo, make_tenant
-from tests.e2e.test_delivery import wait_status
-from tests.fixtures.services import ApiServer
+from tests.fixtures.delivery import wait_status
+from tests.fixtures.sends import email_send
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [

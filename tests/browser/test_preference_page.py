@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from tests.fixtures.services import ApiServer
+from harness.services import ApiServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [

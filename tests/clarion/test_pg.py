@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api.accept import EXISTING
 from clarion.pg import create_pool
-from tests.fixtures.services import drop_database, fresh_database
+from harness.services import drop_database, fresh_database
 
 
 async def test_event_id_lookup_stays_an_index_scan_as_a_young_log_grows() -> None:

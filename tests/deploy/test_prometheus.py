@@ -29,16 +29,16 @@ from clarion.kafka import Publisher, create_topics
 from clarion.retry_settings import BreakerSettings, RetrySettings
 from clarion.settings import Settings
 from core.ratelimit_redis import fail_open_counter
+from harness.fakes.sendgrid import FakeSendGrid
+from harness.services import ApiServer, drop_database, fresh_database, wait_until
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import METRICS_TOKEN, make_tenant
-from tests.e2e.test_delivery import wait_status
-from tests.fakes.sendgrid import FakeSendGrid
-from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
+from tests.fixtures.delivery import wait_status
+from tests.fixtures.sends import email_send
 from workers.app import Worker
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

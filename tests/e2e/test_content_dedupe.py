@@ -22,13 +22,13 @@ from clarion.pg import create_pool
 from clarion.rules import RulesCache
 from clarion.settings import Settings
 from core.render import RenderedContent, Renderer
+from harness.services import wait_until
 from schema.enums import Channel
 from schema.messages import NotificationMessage
-from tests.api.test_send_validation import email_send
 from tests.conftest import Stack
-from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.claimed import claimed
-from tests.fixtures.services import wait_until
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.sends import email_send
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import ContentDedupeGate
 from workers.recipients import Address

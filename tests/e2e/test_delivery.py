@@ -3,35 +3,12 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import httpx
 
-from tests.api.test_send_validation import email_send
 from tests.conftest import Stack
-from tests.fixtures.services import wait_until
-
-
-async def status_of(client: httpx.AsyncClient, notification_id: str) -> dict[str, Any]:
-    response = await client.get(f"/v1/notifications/{notification_id}")
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-async def wait_status(
-    client: httpx.AsyncClient, notification_id: str, status: str, timeout_s: float = 15
-) -> dict[str, Any]:
-    async def reached() -> dict[str, Any] | None:
-        body = await status_of(client, notification_id)
-        return body if body["status"] == status else None
-
-    return dict(await wait_until(reached, timeout_s))
-
-
-async def sandbox_for(client: httpx.AsyncClient, notification_id: str) -> list[dict[str, Any]]:
-    response = await client.get("/v1/sandbox/messages", params={"notification_id": notification_id})
-    assert response.status_code == 200, response.text
-    return list(response.json())
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.sends import email_send
 
 
 async def test_email_send_is_sent_through_the_sandbox(stack: Stack, client: httpx.AsyncClient) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.e2e.test_delivery import wait_status
 from tests.e2e.test_retries import Lane, lane_client, read_topic, send, sms_lane
+from tests.fixtures.delivery import wait_status
 
 __all__ = ["lane_client", "sms_lane"]
 

@@ -20,18 +20,18 @@ from clarion.broker import TansuBroker, free_port
 from clarion.kafka import Publisher, create_topics
 from clarion.retry_settings import BreakerSettings, RetrySettings
 from clarion.settings import Settings
+from harness.fakes.sendgrid import FakeSendGrid
+from harness.services import ApiServer, drop_database, fresh_database, wait_until
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings, SmtpSettings
 from providers.smtp import SmtpProvider
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import make_tenant
-from tests.e2e.test_delivery import wait_status
-from tests.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.delivery import wait_status
 from tests.fixtures.mailbox import Mailbox
-from tests.fixtures.services import ApiServer, drop_database, fresh_database, wait_until
+from tests.fixtures.sends import email_send
 from workers.app import Worker
 
 COOL_DOWN_S = 1.5

@@ -27,6 +27,7 @@ import pytest
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
+from harness.services import drop_database, fresh_database, wait_until
 from providers.base import RenderedMessage, SendResult
 from providers.registry import ProviderSet
 from schema.db import create_engine
@@ -34,7 +35,6 @@ from schema.enums import Channel, Priority
 from schema.ids import uuid7
 from schema.messages import NotificationMessage
 from tests.conftest import make_tenant
-from tests.fixtures.services import drop_database, fresh_database, wait_until
 from workers.app import Worker
 
 BACKLOG = 2_000

@@ -31,14 +31,14 @@ from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.logs import JsonFormatter
 from clarion.settings import Settings
+from harness.fakes.sendgrid import FakeSendGrid
+from harness.services import ApiServer, api_client, drop_database, fresh_database, wait_until
 from providers.settings import ProvidersSettings, SendGridSettings
 from schema.enums import Channel
-from tests.api.test_ops import scrape
-from tests.api.test_send_validation import email_send
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, make_tenant
-from tests.e2e.test_delivery import status_of
-from tests.fakes.sendgrid import FakeSendGrid
-from tests.fixtures.services import ApiServer, api_client, drop_database, fresh_database, wait_until
+from tests.fixtures.answers import scrape
+from tests.fixtures.delivery import status_of
+from tests.fixtures.sends import email_send
 from workers.app import Worker
 
 SECRET_DATA = "ZX-PRIVATE-991"

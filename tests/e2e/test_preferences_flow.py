@@ -12,10 +12,11 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.api.test_send_validation import assert_error, count_notifications, email_send
+from harness.services import api_client
 from tests.conftest import Stack, TenantInfo
-from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
-from tests.fixtures.services import api_client
+from tests.fixtures.answers import assert_error
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.sends import count_notifications, email_send
 
 USER = {"email": "lin@example.com", "phone": "+14155550142", "locale": "en"}
 

@@ -21,17 +21,17 @@ from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
+from harness.fakes.apns import FakeApns
+from harness.fakes.fcm import FakeFcm
+from harness.fakes.sendgrid import FakeSendGrid
+from harness.fakes.twilio import FakeTwilio
+from harness.services import ApiServer, drop_database, fresh_database
 from providers.settings import ProvidersSettings
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import Stack, make_tenant
-from tests.e2e.test_delivery import status_of, wait_status
-from tests.fakes.apns import FakeApns
-from tests.fakes.fcm import FakeFcm
-from tests.fakes.sendgrid import FakeSendGrid
-from tests.fakes.twilio import FakeTwilio
-from tests.fixtures.services import ApiServer, drop_database, fresh_database
+from tests.fixtures.delivery import status_of, wait_status
+from tests.fixtures.sends import email_send
 from workers.app import Worker
 
 

@@ -19,10 +19,10 @@ from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
-from tests.api.test_send_validation import email_send
+from harness.services import ApiServer, ClarionProcess, drop_database, fresh_database, wait_until
 from tests.conftest import make_tenant
-from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
-from tests.fixtures.services import ApiServer, ClarionProcess, drop_database, fresh_database, wait_until
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.sends import email_send
 
 
 @pytest.fixture

@@ -25,16 +25,16 @@ from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.retry_settings import BreakerSettings, RetrySettings
 from clarion.settings import Settings
+from harness.fakes.twilio import FakeTwilio
+from harness.services import ApiServer, drop_database, fresh_database
 from providers.registry import ProviderSet
 from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.api.test_send_validation import email_send
 from tests.conftest import make_tenant
-from tests.e2e.test_delivery import status_of, wait_status
-from tests.fakes.twilio import FakeTwilio
-from tests.fixtures.services import ApiServer, drop_database, fresh_database
+from tests.fixtures.delivery import status_of, wait_status
+from tests.fixtures.sends import email_send
 from workers.app import Worker
 
 FAST_RETRIES = RetrySettings(

@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
-from tests.api.test_send_validation import email_send
+from harness.services import wait_until
 from tests.conftest import Stack
-from tests.e2e.test_delivery import sandbox_for, status_of, wait_status
-from tests.fixtures.services import wait_until
+from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.sends import email_send
 
 RULES_PICKUP_S = 2.2  # every process reloads rules at most 2 s old
 

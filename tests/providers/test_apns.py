@@ -13,13 +13,13 @@ from typing import Any
 import jwt
 import pytest
 
+from harness.fakes import make_message
+from harness.fakes.apns import FakeApns
 from providers.apns import ApnsProvider
 from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
-from tests.fakes import make_message
-from tests.fakes.apns import FakeApns
 
 DEVICE = "ab" * 32
 

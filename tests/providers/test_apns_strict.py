@@ -11,11 +11,11 @@ import h2.events
 import jwt
 import pytest
 
+from harness.fakes import make_message
+from harness.fakes.apns import FakeApns
 from providers.apns import ApnsProvider
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
-from tests.fakes import make_message
-from tests.fakes.apns import FakeApns
 
 DEVICE = "ab" * 32
 

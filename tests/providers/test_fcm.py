@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from harness.fakes import make_message
+from harness.fakes.fcm import FakeFcm
 from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.fcm import FcmProvider
 from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
-from tests.fakes import make_message
-from tests.fakes.fcm import FakeFcm
 
 TOKEN = "fcm-registration-token-1"
 

@@ -9,12 +9,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from harness.fakes import make_message
+from harness.fakes.fcm import FakeFcm
 from providers.errors import PermanentProviderError
 from providers.fcm import FcmProvider
 from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
-from tests.fakes import make_message
-from tests.fakes.fcm import FakeFcm
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from clarion.broker import free_port
+from harness.fakes import make_message
+from harness.fakes.sendgrid import FakeSendGrid
 from providers.errors import PermanentProviderError
 from providers.headers import check_header_value
 from providers.sendgrid import SendGridProvider
 from providers.settings import SmtpSettings
 from providers.smtp import SmtpProvider
 from schema.enums import Channel
-from tests.fakes import make_message
-from tests.fakes.sendgrid import FakeSendGrid
 from tests.fixtures.mailbox import Mailbox
 from tests.providers.test_sendgrid import settings_for
 

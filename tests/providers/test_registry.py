@@ -10,6 +10,8 @@ from pydantic import ValidationError
 
 from clarion.sandbox_store import PgSandboxStore
 from clarion.settings import Settings
+from harness.fakes.apns import FakeApns
+from harness.fakes.fcm import FakeFcm
 from providers.apns import ApnsProvider
 from providers.fcm import FcmProvider
 from providers.registry import NoProviderConfigured, build_providers
@@ -18,8 +20,6 @@ from providers.sendgrid import SendGridProvider
 from providers.settings import ProvidersSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
-from tests.fakes.apns import FakeApns
-from tests.fakes.fcm import FakeFcm
 
 STORE = PgSandboxStore("postgresql://unused")  # opens a pool on the first send only: none here
 

@@ -10,14 +10,14 @@ import pytest
 from aiohttp import web
 from sendgrid.helpers.eventwebhook import EventWebhook
 
+from harness.fakes import make_message
+from harness.fakes.base import AiohttpFake
+from harness.fakes.sendgrid import FakeSendGrid
+from harness.services import wait_until
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.enums import Channel
-from tests.fakes import make_message
-from tests.fakes.base import AiohttpFake
-from tests.fakes.sendgrid import FakeSendGrid
-from tests.fixtures.services import wait_until
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from harness.fakes import make_message
+from harness.fakes.sendgrid import FakeSendGrid
 from providers.sendgrid import SendGridProvider, _without_repeated_recipients
 from providers.settings import SendGridSettings
 from schema.enums import Channel
-from tests.fakes import make_message
-from tests.fakes.sendgrid import FakeSendGrid
 
 SENDER = {"email": "noreply@clarion.test"}
 CONTENT = [{"type": "text/plain", "value": "hi"}]

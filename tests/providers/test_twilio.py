@@ -13,14 +13,14 @@ from aiohttp import web
 from twilio.request_validator import RequestValidator
 
 from clarion.settings import Settings
+from harness.fakes import make_message
+from harness.fakes.base import AiohttpFake
+from harness.fakes.twilio import FakeTwilio, num_segments
+from harness.services import wait_until
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
-from tests.fakes import make_message
-from tests.fakes.base import AiohttpFake
-from tests.fakes.twilio import FakeTwilio, num_segments
-from tests.fixtures.services import wait_until
 
 
 @pytest.fixture

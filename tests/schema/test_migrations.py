@@ -8,9 +8,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from harness.services import drop_database, fresh_database
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
-from tests.fixtures.services import drop_database, fresh_database
 
 
 async def _diff(url: str) -> list[object]:

@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 from core.limiter import build_rate_limiter
 from core.ratelimit import (
     Allowed,
-    Decision,
     ElasticPool,
+    LimitDecision,
     MemoryRateLimiter,
     RetryAfter,
     Rule,
@@ -63,7 +63,7 @@ async def limiter(prefix: str) -> AsyncIterator[RedisRateLimiter]:
     await limiter.aclose()
 
 
-def assert_close(actual: list[Decision], expected: list[Decision]) -> None:
+def assert_close(actual: list[LimitDecision], expected: list[LimitDecision]) -> None:
     """Equal except that ms values may differ by SLACK_MS (the server clock moves during a test)."""
     assert len(actual) == len(expected)
     for got, want in zip(actual, expected, strict=True):

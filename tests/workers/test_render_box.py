@@ -10,7 +10,7 @@ import pytest
 from core.render import OWING_S, Renderer, RequestBudget
 from core.render_box import RenderBox
 from core.render_errors import RenderError
-from tests.fixtures.services import wait_until
+from harness.services import wait_until
 from tests.workers.hostile_templates import HOSTILE
 
 SLOW = HOSTILE["nested_range_loop"]

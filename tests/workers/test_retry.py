@@ -11,12 +11,12 @@ from datetime import datetime
 import pytest
 
 from clarion.retry_settings import RetrySettings
+from harness.fakes import make_message
+from harness.fakes.twilio import FakeTwilio
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
-from tests.fakes import make_message
-from tests.fakes.twilio import FakeTwilio
 from workers.retry import RetryPolicy
 
 

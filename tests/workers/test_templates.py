@@ -14,10 +14,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion.pg import asyncpg_dsn
 from core.render import Renderer
 from core.templates import (
     DEFAULT_TEMPLATES_DIR,
     TemplateFileError,
+    TemplateSource,
     install_default_templates,
     load_default_templates,
     locale_candidates,
@@ -66,10 +68,13 @@ async def add_template(engine: AsyncEngine, tenant_id: str, **values: Any) -> No
         await conn.execute(sa.insert(_templates).values(row))
 
 
-async def resolve(engine: AsyncEngine, tenant_id: str, **kwargs: Any) -> Template | None:
+async def resolve(engine: AsyncEngine, tenant_id: str, **kwargs: Any) -> TemplateSource | None:
     args: dict[str, Any] = {"name": "receipt", "channel": "email", "locale": None} | kwargs
-    async with engine.connect() as conn:
+    conn = await asyncpg.connect(asyncpg_dsn(engine.url.render_as_string(hide_password=False)))
+    try:
         return await resolve_template(conn=conn, tenant_id=tenant_id, **args)
+    finally:
+        await conn.close()
 
 
 def test_locale_candidates_go_from_region_to_language_to_default() -> None:
@@ -86,7 +91,7 @@ async def test_locale_falls_back_from_region_to_language_to_tenant_default(engin
     await add_template(engine, tenant, locale="pt", body="pt")
     await add_template(engine, tenant, locale="pt-BR", body="pt-BR")
 
-    def body(t: Template | None) -> str | None:
+    def body(t: TemplateSource | None) -> str | None:
         return t.body if t else None
 
     assert body(await resolve(engine, tenant, locale="pt-BR", default_locale="de")) == "pt-BR"
@@ -104,8 +109,8 @@ async def test_active_version_is_returned_unless_a_version_is_pinned(engine: Asy
     await add_template(engine, tenant, version=3, active=False, body="v3 draft")
 
     active = await resolve(engine, tenant, locale="en")
-    assert isinstance(active, Template)
-    assert (active.version, active.body, active.locale, active.tenant_id) == (2, "v2", "en", tenant)
+    assert active is not None
+    assert (active.version, active.body, active.locale, active.active) == (2, "v2", "en", True)
     pinned = await resolve(engine, tenant, locale="en", version=1)
     assert pinned is not None and (pinned.version, pinned.body) == (1, "v1")
     assert await resolve(engine, tenant, locale="en", version=9) is None
@@ -189,9 +194,12 @@ async def test_install_default_templates_is_idempotent(engine: AsyncEngine) -> N
 
     found = await resolve(engine, tenant, name="order_shipped", channel="email", locale="pt-BR")
     assert found is not None and found.locale == "pt" and found.active and found.version == 1
-    content = Renderer().render(
-        subject=found.subject, body=found.body, html=found.html, data=found.sample_data or {}
-    )
+    [sample] = [
+        t["sample_data"]
+        for t in shipped
+        if (t["name"], t["channel"], t["locale"]) == ("order_shipped", "email", "pt")
+    ]
+    content = Renderer().render(subject=found.subject, body=found.body, html=found.html, data=sample or {})
     assert content.subject == "Seu pedido A-1042 foi enviado"
     push = await resolve(engine, tenant, name="order_shipped", channel="push", locale="en")
     assert push is not None and push.subject == "Order {{ order_id }} has shipped"

@@ -10,7 +10,7 @@ import pytest
 from aioapns import APNs, NotificationRequest, PushType
 from aioapns.connection import APNsProductionClientProtocol
 
-from tests.fakes.apns import FakeApns
+from harness.fakes.apns import FakeApns
 
 DEVICE = "cd" * 32
 

@@ -14,7 +14,7 @@ import pytest
 import requests.adapters
 from firebase_admin import _http_client, credentials, exceptions, messaging
 
-from tests.fakes.fcm import FakeFcm
+from harness.fakes.fcm import FakeFcm
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from python_http_client.exceptions import HTTPError
 from sendgrid import SendGridAPIClient
 from sendgrid.helpers.mail import Mail
 
-from tests.fakes.sendgrid import FakeSendGrid
+from harness.fakes.sendgrid import FakeSendGrid
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from twilio.base.exceptions import TwilioRestException
 from twilio.rest import Client
 
-from tests.fakes.twilio import FakeTwilio
+from harness.fakes.twilio import FakeTwilio
 
 FROM = "+15005550006"
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.fakes.base import AiohttpFake, json_response, run_cli
+from harness.fakes.base import AiohttpFake, json_response, run_cli
 
 # google-auth signs this audience whatever token_uri says, and Google checks it.
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"

@@ -1,4 +1,4 @@
-"""A local APNs: HTTP/2 (``tests.fakes.h2server``, framed as APNs frames), TLS with a self-signed certificate made at start (or cleartext h2).
+"""A local APNs: HTTP/2 (``harness.fakes.h2server``, framed as APNs frames), TLS with a self-signed certificate made at start (or cleartext h2).
 
 Validates like APNs, in APNs' order: method, path, headers, provider token (ES256 signature against
 the test key made at start, ``kid``, ``iss``, ``iat`` within one hour), body. Answers 200 with
@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.fakes.base import FakeServer, Forced, RecordedRequest, run_cli
-from tests.fakes.h2server import serve_h2, tls_context
+from harness.fakes.base import FakeServer, Forced, RecordedRequest, run_cli
+from harness.fakes.h2server import serve_h2, tls_context
 
 STATUS = {
     "BadCollapseId": 400, "BadDeviceToken": 400, "BadExpirationDate": 400, "BadMessageId": 400,

@@ -2,7 +2,7 @@
 
 Each fake starts on 127.0.0.1 and a free port (``async with FakeTwilio() as fake``), records every
 request in ``fake.requests`` and has knobs (``force_rate_limit``, ``force_server_error``,
-``force_timeout`` and per-address permanent errors). ``python -m tests.fakes.<name> --port N`` serves
+``force_timeout`` and per-address permanent errors). ``python -m harness.fakes.<name> --port N`` serves
 one from a separate process and prints what a client needs as one JSON line.
 """
 

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 from twilio.request_validator import RequestValidator
 
-from tests.fakes.base import AiohttpFake, json_response, run_cli
+from harness.fakes.base import AiohttpFake, json_response, run_cli
 
 
 @dataclass

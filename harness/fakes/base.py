@@ -163,7 +163,7 @@ def json_response(status: int, document: Any, headers: dict[str, str] | None = N
 
 
 def run_cli(fake_factory: Any, description: str) -> None:
-    """``python -m tests.fakes.<name> --port N``: serve until killed; print ``info()`` as one JSON line."""
+    """``python -m harness.fakes.<name> --port N``: serve until killed; print ``info()`` as one JSON line."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--no-record", action="store_true", help="don't keep requests (long benchmarks)")

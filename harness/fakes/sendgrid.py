@@ -24,7 +24,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.fakes.base import AiohttpFake, json_response, run_cli
+from harness.fakes.base import AiohttpFake, json_response, run_cli
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TEMPLATE_ID = re.compile(r"^d-[0-9a-f]{32}$")
