@@ -12,9 +12,9 @@ import httpx
 import pytest
 from playwright.async_api import Route, async_playwright, expect
 
-from tests.api.test_send_validation import email_send
+from harness.services import ApiServer
 from tests.conftest import TenantInfo
-from tests.fixtures.services import ApiServer
+from tests.fixtures.sends import email_send
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

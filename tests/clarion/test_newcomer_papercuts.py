@@ -8,13 +8,16 @@ import asyncio
 import os
 import secrets
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
 
 from clarion.settings import Settings
-from tests.api.test_send_validation import email_send
-from tests.fixtures.services import ROOT, ApiServer
+from harness.services import ApiServer
+from tests.fixtures.sends import email_send
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _clarion(*args: str, env: dict[str, str]) -> tuple[int, str, str]:

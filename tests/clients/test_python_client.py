@@ -25,8 +25,8 @@ from clarion_client._core import retry_after_s
 from clarion_client.models import SCHEMAS, Notification, Recipient
 from pydantic import BaseModel
 
+from harness.services import ApiServer, wait_until
 from tests.conftest import TenantInfo
-from tests.fixtures.services import ApiServer, wait_until
 
 
 def first_send(event_id: str | None = None) -> Notification:
