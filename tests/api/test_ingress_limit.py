@@ -30,13 +30,14 @@ async def add_rule(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
     return dict(response.json())
 
 
-async def wait_loaded(server: ApiServer, name: str) -> None:
-    """Until ``server``'s rules cache has reloaded and holds the rule ``name`` (it reloads every
-    ``REFRESH_TTL_S``): the condition the tests wait for, instead of sleeping past the interval."""
+async def wait_loaded(server: ApiServer, rule: dict[str, Any]) -> None:
+    """Until ``server``'s rules cache has reloaded and holds ``rule`` (it reloads every
+    ``REFRESH_TTL_S``): the condition the tests wait for, instead of sleeping past the interval.
+    Matched by id: another test's tenant may hold a rule of the same name."""
 
     async def loaded() -> bool:
         snapshot = await server.app.state.ingress.rules.current()
-        return any(rule.name == name for rule in snapshot.rules)
+        return any(str(r.id) == rule["id"] for r in snapshot.rules)
 
     await wait_until(loaded, timeout_s=PICKUP_S)
 
@@ -72,7 +73,7 @@ async def test_accepted_sends_carry_the_remaining_budget(client: httpx.AsyncClie
     rule = await add_rule(
         client, limit=1000, period_s=3600
     )  # one send refills every 3.6 s: not during the test
-    await wait_loaded(api, rule["name"])
+    await wait_loaded(api, rule)
     remaining = []
     for _ in range(3):
         response = await client.post("/v1/notifications", json=email_send())
@@ -137,9 +138,9 @@ async def test_every_api_process_shares_one_tenant_limit_on_redis(
     first, second = two_apis_on_redis
     name = f"shared-{uuid.uuid4().hex[:8]}"
     async with api_client(first.url, tenant.key) as a, api_client(second.url, tenant.key) as b:
-        await add_rule(a, name=name, limit=4, period_s=600)
+        rule = await add_rule(a, name=name, limit=4, period_s=600)
         for server in two_apis_on_redis:
-            await wait_loaded(server, name)
+            await wait_loaded(server, rule)
         codes = [
             (await c.post("/v1/notifications", json=email_send())).status_code for c in (a, b, a, b, a, b)
         ]
@@ -155,8 +156,8 @@ async def test_every_api_process_shares_one_tenant_limit_on_redis(
 async def test_a_batch_costs_its_size_and_one_larger_than_the_limit_is_refused(
     client: httpx.AsyncClient, api: ApiServer
 ) -> None:
-    await add_rule(client, name="five-per-10-min", limit=5, period_s=600)
-    await wait_loaded(api, "five-per-10-min")
+    rule = await add_rule(client, name="five-per-10-min", limit=5, period_s=600)
+    await wait_loaded(api, rule)
 
     def batch(n: int) -> dict[str, Any]:
         return {"notifications": [email_send() for _ in range(n)]}
