@@ -6,10 +6,12 @@ PY := $(VENV)/bin/python
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# The Python client is its own package; the suite tests it against the live API.
+	$(PY) -m pip install -q -e clients/python
 	touch $@
 
 browser:

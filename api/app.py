@@ -10,15 +10,18 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from api.accept_queue import AcceptQueue
+from api.allow import MethodCheck
 from api.auth import KeyCache
 from api.errors import BodySizeLimit, install_error_handlers
 from api.fast_route import FastRoute
 from api.ingress import IngressLimits, RateLimitHeaders
 from api.models import BatchIn, NotificationIn
+from api.openapi_doc import document as document_errors
 from api.ops import QueueMonitor
 from api.outbox import Outbox
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
 from api.routes import dlq as dlq_routes
+from api.routes import docs as docs_routes
 from api.routes import keys as key_routes
 from api.routes import metrics as metrics_routes
 from api.routes import ops as ops_routes
@@ -70,9 +73,13 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         description="Notification delivery: push, SMS and email, never lost, never sent twice.",
+        # Served by api.routes.docs from packaged assets: FastAPI's own pages load them from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(docs_routes.docs_router(app))
     app.include_router(notifications.router)
     app.include_router(dlq_routes.router)
     app.include_router(users.router)
@@ -87,7 +94,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(key_routes.router)
     if settings.sandbox_enabled:
         app.include_router(sandbox.router)
-    # Innermost of the middlewares, so the size limit, rate-limit headers and rejection counter
+    # Around the router only (the hot route below never reaches it): 405 with the path's every method.
+    app.add_middleware(MethodCheck, routes=app.router.routes)
+    # Innermost but one of the middlewares, so the size limit, rate-limit headers and rejection counter
     # below still wrap the hot route.
     app.add_middleware(
         FastRoute,
@@ -111,7 +120,8 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _document_bodies(app: FastAPI, *models: type[BaseModel]) -> None:
-    """Add request bodies that routes validate themselves (``parse_body``) to the OpenAPI components."""
+    """Add request bodies that routes validate themselves (``parse_body``) to the OpenAPI components,
+    and every operation's error answers and security (``api.openapi_doc``)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -126,6 +136,7 @@ def _document_bodies(app: FastAPI, *models: type[BaseModel]) -> None:
             document = model.model_json_schema(ref_template=f"#/components/schemas/{prefix}{{model}}")
             components.update({prefix + name: d for name, d in document.pop("$defs", {}).items()})
             components[model.__name__] = document
-        return schema
+        app.openapi_schema = document_errors(app, schema)
+        return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -131,9 +131,17 @@ def bearer_matches(request: Request, token: SecretStr) -> bool:
 
 
 async def require_operator(request: Request) -> None:
-    """The platform operator (``CLARION_OPERATOR_TOKEN``), never a tenant key: 404 while no token
-    is configured (the route does not exist), 401 for any other bearer value."""
+    """The platform operator (``CLARION_OPERATOR_TOKEN``), never a tenant key: 401 without
+    credentials, 404 for any bearer value while no token is configured (the route does not
+    exist), 401 for any other bearer value."""
     token = request.app.state.settings.operator_token
+    if not request.headers.get("authorization"):  # no credentials at all: 401 first, as everywhere
+        raise ApiError(
+            401,
+            "unauthorized",
+            "Send the operator token as 'Authorization: Bearer <CLARION_OPERATOR_TOKEN>'.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     if token is None:
         raise ApiError(404, "not_found", "Set CLARION_OPERATOR_TOKEN to serve the operator routes.")
     if not bearer_matches(request, token):

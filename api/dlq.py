@@ -17,9 +17,10 @@ from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.json_types import IsoAwareDatetime
 from api.outbox import mark_published
 from clarion.kafka import Publisher
 from schema.enums import Channel, Priority
@@ -57,10 +58,12 @@ class RedriveFilter(BaseModel):
 
     error_code: str | None = Field(default=None, max_length=64, description="last error code, exact")
     provider: str | None = Field(default=None, max_length=32, description="provider of the last attempt")
-    since: AwareDatetime | None = Field(
+    since: IsoAwareDatetime | None = Field(
         default=None, description="died at or after this time (with a time zone)"
     )
-    until: AwareDatetime | None = Field(default=None, description="died before this time (with a time zone)")
+    until: IsoAwareDatetime | None = Field(
+        default=None, description="died before this time (with a time zone)"
+    )
 
 
 class RedriveResult(BaseModel):

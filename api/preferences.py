@@ -43,7 +43,7 @@ class PreferenceIn(BaseModel):
     category: str = Field(
         max_length=64, pattern=CATEGORY_PATTERN, description="a category, or '*' for every category"
     )
-    opted_in: bool
+    opted_in: bool = Field(strict=True)  # JSON true/false only (lax mode took 0, 1, "yes")
 
 
 class PreferencesIn(BaseModel):
@@ -60,9 +60,15 @@ class PreferencesIn(BaseModel):
 
 class CategoryIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    default_opted_in: bool = Field(default=True, description="whether users are in until they opt out")
-    required: bool = Field(default=False, description="cannot be opted out of (security alerts, OTPs)")
-    email_quiet_hours: bool = Field(default=False, description="hold email during quiet hours too")
+    default_opted_in: bool = Field(
+        default=True, strict=True, description="whether users are in until they opt out"
+    )
+    required: bool = Field(
+        default=False, strict=True, description="cannot be opted out of (security alerts, OTPs)"
+    )
+    email_quiet_hours: bool = Field(
+        default=False, strict=True, description="hold email during quiet hours too"
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> CategoryIn:

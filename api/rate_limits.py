@@ -36,7 +36,7 @@ when several rules apply (see `workers.throttle`). So:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
+from api.json_types import JSON_NUMBER, JsonInt
 from core.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 from providers.registry import REAL_PROVIDERS
 from schema.enums import Channel
@@ -75,24 +76,29 @@ class RateLimitIn(BaseModel):
     provider: str | None = Field(
         default=None, description=f"provider scope: one of {sorted(KNOWN_PROVIDERS)}"
     )
-    limit: int = Field(ge=1, le=10_000_000, description="events allowed per period")
+    limit: JsonInt = Field(ge=1, le=10_000_000, description="events allowed per period")
     period_s: float = Field(
-        ge=MIN_PERIOD_S, le=MAX_PERIOD_S, allow_inf_nan=False,
+        ge=MIN_PERIOD_S, le=MAX_PERIOD_S, allow_inf_nan=False, strict=True,
         description="seconds the limit applies to; at most one event per microsecond (period_s / limit >= 1e-6)",
     )  # fmt: skip
-    burst: int = Field(default=0, ge=0, le=10_000_000, description="extra events allowed at once")
+    burst: JsonInt = Field(default=0, ge=0, le=10_000_000, description="extra events allowed at once")
     mode: Literal["hard", "soft", "elastic"] = Field(
         default="hard",
         description="hard: never above the limit; soft: overshoot_pct more; elastic (recipient rules "
         "with a channel): above the limit while that channel's provider pacing has spare capacity",
     )
     overshoot_pct: float = Field(
-        default=0.0, ge=0, le=1000, allow_inf_nan=False, description="soft mode: tolerated excess, %"
+        default=0.0,
+        ge=0,
+        le=1000,
+        allow_inf_nan=False,
+        strict=True,
+        description="soft mode: tolerated excess, %",
     )
     action: Literal["reject", "delay", "drop"] | None = Field(
         default=None, description="default: reject for tenant/api_key scopes, delay otherwise"
     )
-    enabled: bool = True
+    enabled: bool = Field(default=True, strict=True)
 
     @model_validator(mode="after")
     def _consistent(self) -> RateLimitIn:
@@ -162,9 +168,7 @@ class RateLimitOut(BaseModel):
 class TenantSettingsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    content_dedupe_window_s: int | None = Field(
-        ge=1,
-        le=MAX_DEDUPE_WINDOW_S,
+    content_dedupe_window_s: Annotated[int, Field(ge=1, le=MAX_DEDUPE_WINDOW_S), JSON_NUMBER] | None = Field(
         description="the same rendered content to the same user on the same channel within this many "
         "seconds is recorded as 'duplicate' and not sent; null turns content dedupe off",
     )

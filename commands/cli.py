@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     p_keys.add_argument("--tenant", help="tenant id (created if missing)")
     p_keys.add_argument("--scopes", default="send,read", help="comma-separated: send,read,admin,preferences")
     p_keys.add_argument("--key-id", help="key id to revoke")
+    p_keys.add_argument(
+        "--no-templates",
+        action="store_true",
+        help="create: do not install the shipped templates (templates/) for the tenant",
+    )
     dlq_cli.add_parser(sub)
     p_status = sub.add_parser("status", help="queue depth, lag and statuses of a running Clarion, as tables")
     p_status.add_argument("--url", help="API base URL (default: CLARION_PUBLIC_URL, or api_host:api_port)")
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.command == "dev":
         settings = _settings(dev=True, api_port=args.port, api_host=args.host)
+        _check_dev_key(settings)
         setup_logging(settings.log_level)
         _run(lambda: runner.dev(settings))
         return
@@ -119,8 +125,23 @@ def main(argv: list[str] | None = None) -> None:
             _run(lambda: runner.until_signal(lambda stop: runner.run_relay(settings, stop)))
 
 
+def _check_dev_key(settings: Settings) -> None:
+    """A ``CLARION_DEV_API_KEY`` that is not ``clk_<id>_<secret>`` ends ``clarion dev`` with one line."""
+    from clarion.tenants import split_key
+
+    key = settings.dev_api_key.get_secret_value() if settings.dev_api_key else None
+    if key is not None and (split_key(key) is None or not key.isascii() or any(c.isspace() for c in key)):
+        print(
+            "clarion: CLARION_DEV_API_KEY must read clk_<id>_<secret> (like clk_dev_s3cret; at most"
+            " 200 characters, no spaces), or be unset to get a fresh key",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def _keys(args: argparse.Namespace, settings: Settings) -> None:
     from clarion.tenants import create_api_key, ensure_tenant, revoke_api_key
+    from core.templates import install_default_templates
     from schema.db import create_engine
 
     async def work() -> None:
@@ -131,11 +152,19 @@ def _keys(args: argparse.Namespace, settings: Settings) -> None:
                     if not args.tenant:
                         raise SystemExit("clarion: keys create needs --tenant")
                     await ensure_tenant(conn, tenant_id=args.tenant)
+                    # The shipped templates (order_shipped, welcome...), so the README's first send
+                    # works for this tenant as it does under clarion dev. Idempotent; a template the
+                    # tenant changed stays the active one.
+                    installed = 0
+                    if not args.no_templates:
+                        installed = await install_default_templates(conn=conn, tenant_id=args.tenant)
                     scopes = tuple(s.strip() for s in args.scopes.split(",") if s.strip())
                     try:
                         print(await create_api_key(conn, tenant_id=args.tenant, scopes=scopes))
                     except ValueError as exc:
                         raise SystemExit(f"clarion: {exc}") from None
+                    if installed:  # stderr: stdout stays the key alone, for KEY=$(clarion keys create ...)
+                        print(f"installed {installed} shipped templates for {args.tenant}", file=sys.stderr)
                 else:
                     if not args.key_id:
                         raise SystemExit("clarion: keys revoke needs --key-id")

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from api.auth import require
 from api.dlq import DeadLetterPage, RedriveFilter, RedriveResult, list_dead, redrive
 from api.errors import ApiError
+from api.openapi_doc import NO_NUL
 from clarion import metrics
 from clarion.tenants import Principal
 from schema.enums import Channel
@@ -27,8 +28,8 @@ async def dead_letters(
     principal: Annotated[Principal, Depends(require("read"))],
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: UUID | None = None,
-    error_code: Annotated[str | None, Query(max_length=64)] = None,
-    provider: Annotated[str | None, Query(max_length=32)] = None,
+    error_code: Annotated[str | None, Query(max_length=64, pattern=NO_NUL)] = None,
+    provider: Annotated[str | None, Query(max_length=32, pattern=NO_NUL)] = None,
 ) -> DeadLetterPage:
     return await list_dead(
         engine=request.app.state.engine,

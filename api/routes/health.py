@@ -14,7 +14,15 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={
+        503: {
+            "description": "The database is unreachable: take this process out of the load balancer.",
+            "content": {"application/json": {"example": {"status": "unavailable", "database": "OSError"}}},
+        }
+    },
+)
 async def readyz(request: Request) -> JSONResponse:
     try:
         async with request.app.state.engine.connect() as conn:

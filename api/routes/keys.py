@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 
 from api.auth import require
+from api.errors import ApiError
 from api.keys import CreatedKey, KeyIn, KeyOut, create_key, list_keys, revoke_key
 from clarion.tenants import Principal
 
@@ -31,5 +32,11 @@ async def list_all(request: Request, principal: Admin) -> list[KeyOut]:
 
 @router.post("/{key_id}/revoke", response_model=KeyOut)
 async def revoke(key_id: KeyId, request: Request, principal: Admin) -> KeyOut:
-    """Revoke one of your tenant's keys; every API process refuses it within 5 seconds."""
+    """Revoke one of your tenant's keys; every API process refuses it within 5 seconds. The key
+    making the request cannot revoke itself (``409 revoking_own_key``): rotate by creating a new
+    key and revoking the old one with it, so no caller locks its tenant out by mistake."""
+    if key_id == principal.key_id:
+        raise ApiError(
+            409, "revoking_own_key", "A key cannot revoke itself; revoke it with another admin key."
+        )
     return await revoke_key(engine=request.app.state.engine, tenant_id=principal.tenant_id, key_id=key_id)

@@ -16,6 +16,7 @@ from api.errors import ApiError, validation_error
 from api.ingress import enforce_ingress
 from api.lifecycle import cancel_notification
 from api.models import Accepted, BatchIn, BatchOut, Cancelled, NotificationIn, NotificationOut
+from api.openapi_doc import KEYED
 from api.queries import get_notification
 from api.submission import Submission
 from clarion import metrics
@@ -31,16 +32,18 @@ router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 # and body machinery cost more CPU per send than the group-committed accept. The body is still
 # documented in the OpenAPI schema (``api.app`` adds NotificationIn to its components).
 SEND_BODY_DOC: dict[str, Any] = {
+    KEYED: True,
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NotificationIn"}}},
-    }
+    },
 }
 BATCH_BODY_DOC: dict[str, Any] = {
+    KEYED: True,
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BatchIn"}}},
-    }
+    },
 }
 
 

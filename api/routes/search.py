@@ -1,15 +1,13 @@
 """GET /v1/notifications: search the caller's notifications, newest first, cursor-paginated.
 
-The cursor is opaque to callers (base64 of the last item's ``created_at`` and id); pages are stable
-while new notifications arrive because they only ever sort before the cursor.
+The cursor is opaque to callers (the last item's ``created_at`` in microseconds since the epoch and
+its id: ``CURSOR_PATTERN``, so the OpenAPI document states exactly which cursors are accepted);
+pages are stable while new notifications arrive because they only ever sort before the cursor.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -20,7 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import require
 from api.errors import ApiError
+from api.json_types import IsoDatetime
 from api.models import ErrorInfo
+from api.openapi_doc import NO_NUL
 from clarion.tenants import Principal
 from schema.enums import Channel, Priority, Status
 from schema.models import Notification, User
@@ -52,18 +52,25 @@ class NotificationPage(BaseModel):
     next_cursor: str | None = None
 
 
+# At most 17 digits: 10**17 microseconds is the year 5138, inside what datetime can hold, so every
+# string matching the pattern decodes (the route's Query enforces it before any decoding).
+CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{32}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def encode_cursor(created_at: datetime, notification_id: UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(notification_id)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return f"{(_aware(created_at) - _EPOCH) // _MICROSECOND}.{notification_id.hex}"  # type: ignore[operator]
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """(created_at, id) from a cursor this API issued; ``ApiError`` 422 for anything else."""
+    """(created_at, id) from a cursor matching ``CURSOR_PATTERN``; ``ApiError`` 422 for anything else."""
+    micros, dot, nid = cursor.partition(".")
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, nid = json.loads(raw)
-        return datetime.fromisoformat(created), UUID(nid)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError) as exc:
+        if not dot or not micros.isdigit() or len(micros) > 17:
+            raise ValueError(cursor)
+        return _EPOCH + int(micros) * _MICROSECOND, UUID(hex=nid)
+    except ValueError as exc:
         raise ApiError(
             422, "invalid_cursor", "The cursor is not one this API issued; start again without it."
         ) from exc
@@ -159,13 +166,16 @@ def _summary(row: Any) -> NotificationSummary:
 async def search(
     request: Request,
     principal: Annotated[Principal, Depends(require("read"))],
-    user: Annotated[str | None, Query(max_length=255, description="the user's external id")] = None,
+    user: Annotated[
+        str | None, Query(max_length=255, pattern=NO_NUL, description="the user's external id")
+    ] = None,
     status: Annotated[list[Status] | None, Query(description="repeat for several")] = None,
     channel: Channel | None = None,
-    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
-    until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
+    since: Annotated[IsoDatetime | None, Query(description="created at or after (ISO 8601)")] = None,
+    until: Annotated[IsoDatetime | None, Query(description="created before (ISO 8601)")] = None,
     cursor: Annotated[
-        str | None, Query(max_length=512, description="next_cursor of the previous page")
+        str | None,
+        Query(max_length=50, pattern=CURSOR_PATTERN, description="next_cursor of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
 ) -> NotificationPage:

@@ -8,13 +8,16 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.auth import require
+from api.openapi_doc import NO_NUL
 from api.users import DeviceIn, DeviceOut, UserOut, UserProfileIn, get_user, put_user, register_device
 from api.users import remove_device as remove_device_service
 from clarion.tenants import Principal
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
-ExternalId = Annotated[str, Path(min_length=1, max_length=255, description="your id for the user")]
+ExternalId = Annotated[
+    str, Path(min_length=1, max_length=255, pattern=NO_NUL, description="your id for the user")
+]
 
 
 @router.put(
@@ -66,7 +69,7 @@ async def add_device(
 @router.delete("/{external_id}/devices/{token}", status_code=204)
 async def remove_device(
     external_id: ExternalId,
-    token: Annotated[str, Path(min_length=1, max_length=4096)],
+    token: Annotated[str, Path(min_length=1, max_length=4096, pattern=NO_NUL)],
     request: Request,
     principal: Annotated[Principal, Depends(require("send"))],
 ) -> Response:

@@ -91,7 +91,9 @@ async def test_another_tenants_notifications_never_appear(
         ({"limit": 201}, "validation_error"),
         ({"since": "yesterday"}, "validation_error"),
         ({"since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"}, "validation_error"),
-        ({"cursor": "not-a-cursor"}, "invalid_cursor"),
+        ({"cursor": "not-a-cursor"}, "validation_error"),
+        ({"cursor": "1." + "0" * 31}, "validation_error"),
+        ({"cursor": "1" * 18 + "." + "0" * 32}, "validation_error"),
     ],
 )
 async def test_invalid_filters_are_refused_with_422(

@@ -25,22 +25,24 @@ from core.render import RenderedContent, Renderer
 from harness.services import wait_until
 from schema.enums import Channel
 from schema.messages import NotificationMessage
-from tests.conftest import Stack
+from tests.conftest import Stack, TenantInfo
 from tests.fixtures.claimed import claimed
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.rules import wait_workers_see
 from tests.fixtures.sends import email_send
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import ContentDedupeGate
 from workers.recipients import Address
 
-RULES_PICKUP_S = 2.2
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-async def set_window(client: httpx.AsyncClient, window_s: int | None) -> None:
+async def set_window(
+    stack: Stack, client: httpx.AsyncClient, tenant: TenantInfo, window_s: int | None
+) -> None:
     response = await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": window_s})
     assert response.status_code == 200, response.text
-    await asyncio.sleep(RULES_PICKUP_S)
+    await wait_workers_see(stack, lambda snapshot: snapshot.dedupe_window_s(tenant.id) == window_s)
 
 
 async def send(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
@@ -58,9 +60,9 @@ async def final(client: httpx.AsyncClient, nid: str) -> dict[str, Any]:
 
 
 async def test_same_content_to_the_same_user_within_the_window_is_a_duplicate(
-    stack: Stack, client: httpx.AsyncClient
+    stack: Stack, client: httpx.AsyncClient, tenant: TenantInfo
 ) -> None:
-    await set_window(client, 60)
+    await set_window(stack, client, tenant, 60)
     first = await send(client, email_send())
     await wait_status(client, first, "sent")
     again = await final(client, await send(client, email_send()))
@@ -76,9 +78,9 @@ async def test_same_content_to_the_same_user_within_the_window_is_a_duplicate(
 
 
 async def test_identical_sends_arriving_together_are_sent_once(
-    stack: Stack, client: httpx.AsyncClient
+    stack: Stack, client: httpx.AsyncClient, tenant: TenantInfo
 ) -> None:
-    await set_window(client, 60)
+    await set_window(stack, client, tenant, 60)
     ids = await asyncio.gather(*(send(client, email_send()) for _ in range(6)))
     statuses = sorted([(await final(client, nid))["status"] for nid in ids])
     assert statuses == ["duplicate"] * 5 + ["sent"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from datetime import datetime
 from typing import Any
@@ -12,9 +11,8 @@ import httpx
 from harness.services import wait_until
 from tests.conftest import Stack
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.rules import wait_workers_see
 from tests.fixtures.sends import email_send
-
-RULES_PICKUP_S = 2.2  # every process reloads rules at most 2 s old
 
 
 def push_to(user_id: str, **overrides: Any) -> dict[str, Any]:
@@ -25,10 +23,11 @@ def push_to(user_id: str, **overrides: Any) -> dict[str, Any]:
     return email_send(channel="push", user={"id": user_id, "devices": [device]}, **overrides)
 
 
-async def add_rule(client: httpx.AsyncClient, **fields: Any) -> None:
+async def add_rule(stack: Stack, client: httpx.AsyncClient, **fields: Any) -> None:
     response = await client.post("/v1/rate-limits", json=fields)
     assert response.status_code == 201, response.text
-    await asyncio.sleep(RULES_PICKUP_S)
+    rule_id = response.json()["id"]
+    await wait_workers_see(stack, lambda snapshot: any(str(r.id) == rule_id for r in snapshot.rules))
 
 
 async def send(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
@@ -53,6 +52,7 @@ async def test_a_cap_of_two_push_per_minute_with_drop_throttles_the_third_but_no
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
     await add_rule(
+        stack,
         client,
         name="2-push-per-minute",
         scope="recipient",
@@ -82,7 +82,14 @@ async def test_a_cap_with_delay_sends_the_third_after_the_window_and_not_before(
 ) -> None:
     window_s = 3
     await add_rule(
-        client, name="2-per-3s", scope="recipient", channel="push", limit=2, period_s=window_s, action="delay"
+        stack,
+        client,
+        name="2-per-3s",
+        scope="recipient",
+        channel="push",
+        limit=2,
+        period_s=window_s,
+        action="delay",
     )
     ids = []
     for _ in range(3):
@@ -100,6 +107,7 @@ async def test_a_cap_with_delay_sends_the_third_after_the_window_and_not_before(
 
 async def test_provider_pacing_spaces_calls_to_the_provider(stack: Stack, client: httpx.AsyncClient) -> None:
     await add_rule(
+        stack,
         client,
         name="sandbox-1-per-s",
         scope="provider",
@@ -123,9 +131,10 @@ async def test_an_elastic_cap_sends_above_its_limit_until_the_provider_has_nothi
 ) -> None:
     # an hour-long pacing that does not refill during the test: 4 calls, then nothing to spare
     await add_rule(
-        client, name="sandbox-4-per-hour", scope="provider", provider="sandbox", limit=4, period_s=3600
+        stack, client, name="sandbox-4-per-hour", scope="provider", provider="sandbox", limit=4, period_s=3600
     )
     await add_rule(
+        stack,
         client,
         name="1-push-per-hour-elastic",
         scope="recipient",
