@@ -13,10 +13,11 @@ has none (a bug) propagates to Starlette's server-error middleware, as it would 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from starlette._utils import is_async_callable
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +25,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Handler = Callable[[Request, Any], Any]  # a Response, or an awaitable of one
+
+
+def is_async_callable(obj: object) -> bool:
+    """Whether calling ``obj`` returns an awaitable: a coroutine function, a ``functools.partial``
+    of one, or an object whose ``__call__`` is one. Starlette asks the same of an exception handler
+    (its private ``starlette._utils``, which may change without notice, so not imported)."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return inspect.iscoroutinefunction(obj) or (callable(obj) and inspect.iscoroutinefunction(obj.__call__))
 
 
 class FastRoute:

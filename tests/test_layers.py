@@ -86,3 +86,33 @@ def test_the_checks_catch_what_they_are_for() -> None:
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from api import accept\n"
     assert "api.accept" in set(imports(source, "api.accept_checks"))
     assert "workers.claim" in set(imports("from .claim import claim\n", "workers.pipeline"))
+
+
+def private_library_imports(source: str) -> list[str]:
+    """Imports of another package's private module (``starlette._utils``): they change unannounced."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.append(node.module)
+    return sorted(
+        name
+        for name in names
+        if name.split(".")[0] not in ALLOWED and any(part.startswith("_") for part in name.split(".")[1:])
+    )
+
+
+def test_no_private_modules_of_libraries() -> None:
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for top in ALLOWED
+        for path in (ROOT / top).rglob("*.py")
+        if (hits := private_library_imports(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_private_module_check_catches_one() -> None:
+    source = "from starlette._utils import is_async_callable\nimport starlette.routing\nfrom core import _x\n"
+    assert private_library_imports(source) == ["starlette._utils"]

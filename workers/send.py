@@ -118,26 +118,11 @@ class Sender:
         for i, provider in enumerate(chain):
             last = i == len(chain) - 1
             breaker = self.breakers.for_provider(provider.name) if self.breakers else None
-
-            def on_attempt(
-                started: datetime,
-                finished: datetime,
-                error: BaseException | None,
-                _provider: str = provider.name,
-                _breaker: Any = breaker,
-            ) -> None:
-                number = n.attempts + len(attempts) + 1
-                attempts.append(attempt_row(n, number, _provider, message.to, started, finished, error))
-                if _breaker is not None:
-                    _breaker.record(
-                        failed=error is not None and not isinstance(error, PermanentProviderError)
-                    )
-
             try:
                 result = await self.policy.run(
                     lambda p=provider: p.send(message),  # type: ignore[misc]
                     provider=provider.name,
-                    on_attempt=on_attempt,
+                    on_attempt=_attempt_recorder(n, message, provider.name, breaker, attempts),
                     before_attempt=breaker.check if breaker is not None else None,
                     budget=self.policy.remaining(n.attempts + len(attempts)),
                 )
@@ -159,13 +144,7 @@ class Sender:
             except ProviderError:
                 raise
             except Exception as exc:
-                log.error(  # the class only: its text or traceback may quote the rendered message
-                    "provider %s raised an unclassified %s",
-                    provider.name,
-                    type(exc).__name__,
-                    extra={"notification_id": n.id, "event_id": n.event_id, "provider": provider.name},
-                    exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
-                )
+                _log_unclassified(n, provider.name, exc)
                 if not last:
                     continue
                 raise TransientProviderError(
@@ -211,3 +190,28 @@ def attempt_row(
         return row
     row.outcome, row.error_code, row.error_message = "permanent", type(error).__name__, str(error)
     return row
+
+
+def _attempt_recorder(
+    n: ClaimedNotification, message: RenderedMessage, provider: str, breaker: Any, attempts: list[Attempt]
+) -> Callable[[datetime, datetime, BaseException | None], None]:
+    """The ``on_attempt`` callback for one provider of the chain: every call becomes an ``Attempt``
+    numbered after the notification's earlier ones, and a transient failure counts on its breaker."""
+
+    def on_attempt(started: datetime, finished: datetime, error: BaseException | None) -> None:
+        number = n.attempts + len(attempts) + 1
+        attempts.append(attempt_row(n, number, provider, message.to, started, finished, error))
+        if breaker is not None:
+            breaker.record(failed=error is not None and not isinstance(error, PermanentProviderError))
+
+    return on_attempt
+
+
+def _log_unclassified(n: ClaimedNotification, provider: str, exc: Exception) -> None:
+    log.error(  # the class only: its text or traceback may quote the rendered message
+        "provider %s raised an unclassified %s",
+        provider,
+        type(exc).__name__,
+        extra={"notification_id": n.id, "event_id": n.event_id, "provider": provider},
+        exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+    )
