@@ -71,12 +71,43 @@ async def ensure_ahead(
         if day in have:
             continue
         name = partition_name(parent, day)
-        await conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} "
-            f"FOR VALUES FROM ('{_bound(day)}') TO ('{_bound(day + _DAY)}')"
-        )
+        bounds = f"FROM ('{_bound(day)}') TO ('{_bound(day + _DAY)}')"
+        async with conn.transaction():
+            key = await _partition_key(conn, parent=parent)
+            stray = await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM {parent}_default "
+                f"WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}')"
+            )
+            if not stray:
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} FOR VALUES {bounds}"
+                )
+            else:
+                # PostgreSQL refuses a new partition while the default holds rows of its range
+                # ("updated partition constraint for default partition would be violated"): move
+                # that day's rows into a table of their own, then attach it.
+                await conn.execute(
+                    f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                )
+                await conn.execute(
+                    f"WITH moved AS (DELETE FROM {parent}_default WHERE {key} >= '{_bound(day)}' "
+                    f"AND {key} < '{_bound(day + _DAY)}' RETURNING *) "
+                    f"INSERT INTO {name} SELECT * FROM moved"
+                )
+                await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {bounds}")
         created.append(name)
     return created
+
+
+async def _partition_key(conn: asyncpg.Connection, *, parent: str) -> str:
+    """The column a parent is range partitioned on, from ``pg_get_partkeydef``."""
+    definition = await conn.fetchval(
+        "SELECT pg_get_partkeydef(c.oid) FROM pg_class c WHERE c.relname = $1", parent
+    )
+    match = re.fullmatch(r"RANGE \((\w+)\)", definition or "")
+    if match is None:
+        raise ValueError(f"{parent} is not range partitioned on one column: {definition!r}")
+    return _ident(match.group(1))
 
 
 async def days_ahead(conn: asyncpg.Connection, *, parent: str, today: dt.date) -> int:

@@ -103,3 +103,24 @@ async def test_names_that_are_not_plain_identifiers_are_refused(
         await partitions.ensure_ahead(conn, parent="x; DROP TABLE t", today=dt.date.today(), days_ahead=1)
     with pytest.raises(ValueError):
         await partitions.drop_expired(conn, parent="plog", today=dt.date.today(), retention_days=0)
+
+
+async def test_a_day_that_landed_in_the_default_gets_its_partition_and_keeps_its_rows(
+    log: tuple[asyncpg.Connection, str],
+) -> None:
+    conn, parent = log
+    today = dt.date(2026, 11, 25)
+    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=0)
+    late = today + 3 * DAY  # the loop stopped; sends of that day went to the default
+    await conn.execute(
+        f"INSERT INTO {parent} VALUES (1, 'sent', $1), (2, 'scheduled', $2)", at(late, 1), at(late, 23)
+    )
+    await conn.execute(f"INSERT INTO {parent} VALUES (3, 'sent', $1)", at(late + DAY, 5))
+    await partitions.ensure_ahead(conn, parent=parent, today=late, days_ahead=0)
+    rows = await conn.fetch(f"SELECT id, tableoid::regclass::text AS part FROM {parent} ORDER BY id")
+    assert [(r["id"], r["part"]) for r in rows] == [
+        (1, partitions.partition_name(parent, late)),
+        (2, partitions.partition_name(parent, late)),
+        (3, f"{parent}_default"),
+    ]
+    assert await partitions.default_rows(conn, parent=parent) == 1
