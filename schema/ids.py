@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 import uuid
@@ -17,3 +18,16 @@ def uuid7() -> uuid.UUID:
     value |= 0b10 << 62
     value |= rand & ((1 << 62) - 1)
     return uuid.UUID(int=value)
+
+
+def uuid7_time(value: uuid.UUID) -> datetime.datetime:
+    """The creation time a UUIDv7 carries (its first 48 bits, ms since the epoch), in UTC.
+
+    Lets a lookup by id alone name the partitions to search: see docs/partitioning.md (by id over
+    30 daily partitions 0.87 ms, with the window from this time 0.28 ms).
+    Errors: ``ValueError`` for a UUID of another version (its leading bits are not a time).
+    """
+    if value.version != 7:
+        raise ValueError(f"not a UUIDv7: {value}")
+    ms = value.int >> 80
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)

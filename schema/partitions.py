@@ -1,0 +1,163 @@
+"""Daily range partitions: create them ahead, drop whole expired days, count the days ahead.
+
+Clarion's own small loop rather than pg_partman: three statements per table and day, testable with
+an injected clock, no extension to install on managed PostgreSQL. A parent table is range
+partitioned on a ``timestamptz`` column; each child holds one UTC day and is named
+``<parent>_pYYYYMMDD``; a ``<parent>_default`` partition is the safety net that a row never fails
+for want of a partition (``default_rows`` reports whether anything landed there).
+
+Errors: identifiers are never tenant input; ``ValueError`` for a name that is not a plain SQL
+identifier, asyncpg errors pass through unchanged.
+
+Not yet wired in: the notification log is still one unpartitioned table (see docs/partitioning.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import asyncpg
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+_DAY = dt.timedelta(days=1)
+
+
+def _ident(name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValueError(f"not a plain identifier: {name!r}")
+    return name
+
+
+def partition_name(parent: str, day: dt.date) -> str:
+    return f"{_ident(parent)}_p{day:%Y%m%d}"
+
+
+def _bound(day: dt.date) -> str:
+    return f"{day.isoformat()} 00:00:00+00"
+
+
+async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.date]:
+    """The days that have their own partition, oldest first (the default partition is left out)."""
+    rows = await conn.fetch(
+        """SELECT c.relname FROM pg_inherits i
+             JOIN pg_class c ON c.oid = i.inhrelid
+             JOIN pg_class p ON p.oid = i.inhparent
+            WHERE p.relname = $1""",
+        _ident(parent),
+    )
+    prefix = f"{parent}_p"
+    days = [
+        dt.datetime.strptime(r["relname"][len(prefix) :], "%Y%m%d").date()
+        for r in rows
+        if r["relname"].startswith(prefix)
+    ]
+    return sorted(days)
+
+
+async def ensure_ahead(
+    conn: asyncpg.Connection, *, parent: str, today: dt.date, days_ahead: int
+) -> list[str]:
+    """Create the default partition and one per day from ``today`` to ``today + days_ahead``.
+
+    Idempotent (``IF NOT EXISTS``); returns the names it created. Safe to run from several
+    processes: each CREATE takes the parent's lock, a loser sees the table already there.
+    """
+    created: list[str] = []
+    have = set(await existing_days(conn, parent=parent))
+    await conn.execute(f"CREATE TABLE IF NOT EXISTS {_ident(parent)}_default PARTITION OF {parent} DEFAULT")
+    for offset in range(days_ahead + 1):
+        day = today + offset * _DAY
+        if day in have:
+            continue
+        name = partition_name(parent, day)
+        bounds = f"FROM ('{_bound(day)}') TO ('{_bound(day + _DAY)}')"
+        async with conn.transaction():
+            key = await _partition_key(conn, parent=parent)
+            stray = await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM {parent}_default "
+                f"WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}')"
+            )
+            if not stray:
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} FOR VALUES {bounds}"
+                )
+            else:
+                # PostgreSQL refuses a new partition while the default holds rows of its range
+                # ("updated partition constraint for default partition would be violated"): move
+                # that day's rows into a table of their own, then attach it.
+                await conn.execute(
+                    f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                )
+                await conn.execute(
+                    f"WITH moved AS (DELETE FROM {parent}_default WHERE {key} >= '{_bound(day)}' "
+                    f"AND {key} < '{_bound(day + _DAY)}' RETURNING *) "
+                    f"INSERT INTO {name} SELECT * FROM moved"
+                )
+                await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {bounds}")
+        created.append(name)
+    return created
+
+
+async def _partition_key(conn: asyncpg.Connection, *, parent: str) -> str:
+    """The column a parent is range partitioned on, from ``pg_get_partkeydef``."""
+    definition = await conn.fetchval(
+        "SELECT pg_get_partkeydef(c.oid) FROM pg_class c WHERE c.relname = $1", parent
+    )
+    match = re.fullmatch(r"RANGE \((\w+)\)", definition or "")
+    if match is None:
+        raise ValueError(f"{parent} is not range partitioned on one column: {definition!r}")
+    return _ident(match.group(1))
+
+
+async def days_ahead(conn: asyncpg.Connection, *, parent: str, today: dt.date) -> int:
+    """How many whole days after ``today`` already have a partition, counted without a gap.
+
+    The figure behind the "partitions running out" gauge: 0 means tomorrow's sends would land in
+    the default partition.
+    """
+    have = set(await existing_days(conn, parent=parent))
+    ahead = 0
+    while today + (ahead + 1) * _DAY in have:
+        ahead += 1
+    return ahead
+
+
+async def default_rows(conn: asyncpg.Connection, *, parent: str) -> int:
+    """Rows in the default partition: anything above 0 means a day was missing when it arrived."""
+    value = await conn.fetchval(f"SELECT count(*) FROM {_ident(parent)}_default")
+    return int(value)
+
+
+async def drop_expired(
+    conn: asyncpg.Connection,
+    *,
+    parent: str,
+    today: dt.date,
+    retention_days: int,
+    live_filter: str | None = None,
+) -> list[str]:
+    """Drop each day partition wholly older than ``today - retention_days``; return the names.
+
+    ``live_filter`` is a SQL condition on the partition's rows (e.g. ``status = ANY(...)`` for
+    non-terminal notifications): a partition holding any such row is kept whole, so a send
+    scheduled a month out is never lost; it goes on a later run once its rows are terminal.
+    Dropping is ``DETACH`` then ``DROP``: no row-by-row DELETE, no vacuum afterwards.
+    """
+    if retention_days < 1:
+        raise ValueError("retention_days must be at least 1")
+    cutoff = today - retention_days * _DAY
+    dropped: list[str] = []
+    for day in await existing_days(conn, parent=parent):
+        if day >= cutoff:
+            break
+        name = partition_name(parent, day)
+        if live_filter is not None and await conn.fetchval(
+            f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live_filter})"
+        ):
+            continue
+        async with conn.transaction():
+            await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
+            await conn.execute(f"DROP TABLE {name}")
+        dropped.append(name)
+    return dropped

@@ -1,0 +1,28 @@
+"""A UUIDv7 gives back the time it was made, to the millisecond."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from schema.ids import uuid7, uuid7_time
+
+
+def test_a_uuid7_carries_its_creation_time() -> None:
+    before = dt.datetime.now(dt.UTC) - dt.timedelta(milliseconds=1)
+    value = uuid7()
+    after = dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=1)
+    assert before <= uuid7_time(value) <= after
+
+
+def test_a_known_uuid7_decodes_to_its_time() -> None:
+    # RFC 9562 appendix A.6 example: 017F22E2-79B0-7CC3-98C4-DC0C0C07398F, Tue Feb 22 19:22:22 UTC 2022.
+    value = uuid.UUID("017F22E2-79B0-7CC3-98C4-DC0C0C07398F")
+    assert uuid7_time(value) == dt.datetime(2022, 2, 22, 19, 22, 22, tzinfo=dt.UTC)
+
+
+def test_other_uuid_versions_are_refused() -> None:
+    with pytest.raises(ValueError):
+        uuid7_time(uuid.uuid4())
