@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import resource
 import sys
@@ -35,8 +36,10 @@ def render_job(job: Job) -> Answer:
 def serve() -> None:
     """The box's loop: length-prefixed pickles in on stdin, answers out on stdout. Its address
     space is capped (``BOX_MEMORY_BYTES``): a render that would exceed it ends the box, not the
-    machine."""
+    machine. It runs at the lowest CPU priority (nice 19): the tenants it serves already spent
+    their share, so their renders get what the API, the workers and PostgreSQL leave."""
     resource.setrlimit(resource.RLIMIT_AS, (BOX_MEMORY_BYTES, BOX_MEMORY_BYTES))
+    os.nice(19 - os.nice(0))
     read, write = sys.stdin.buffer, sys.stdout.buffer
     while header := read.read(LENGTH.size):
         job = pickle.loads(read.read(LENGTH.unpack(header)[0]))
