@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 
 from api.app import create_app
+from api.head_limit import HeadLimitedProtocol
 from api.relay import Relay
 from clarion import metrics
 from clarion.broker import TansuBroker
@@ -96,6 +97,7 @@ def api_server(settings: Settings) -> EmbeddedServer:
         log_config=None,
         access_log=False,
         lifespan="on",
+        http=HeadLimitedProtocol,
     )
     return EmbeddedServer(config)
 

@@ -243,6 +243,13 @@ RENDER_CPU_BURST_S = 1.0
 # A tenant owing more than this is kept out of shared accept transactions (``AcceptQueue``):
 # ordinary renders (~0.1 ms) never come near it, a template running into the limits passes it.
 OWING_S = 0.05
+# At accept time a render gets this much CPU on the API's own threads; one that needs more is
+# refused there and finished in the render box. A render thread running Python holds the GIL the
+# event loop needs after each of its system calls (it waits up to sys.getswitchinterval(), 5 ms,
+# per call), so every request in flight slowed while a bomb ran its 200 ms in a thread:
+# `python -m chaos hostile --scale 0.2`, tenant A's accept p99 25-32 ms alone, 132-180 ms under
+# B's bombs with whole renders in threads. Ordinary templates take ~0.1 ms and never meet it.
+THREAD_SLICE_MS = 10
 
 
 class _CpuDebt:
@@ -326,6 +333,8 @@ class Renderer:
                     content, spent_s = await self._box.render(
                         self, subject=subject, body=body, html=html, data=data, budget=budget
                     )
+                elif cpu_share:
+                    content, spent_s = await self._sliced(call, debt, subject, body, html, data, budget)
                 else:
                     content, spent_s = await asyncio.get_running_loop().run_in_executor(_RENDER_THREADS, call)
             except RenderError as exc:
@@ -333,6 +342,26 @@ class Renderer:
                 raise
             debt.debt_s += spent_s
             return content
+
+    async def _sliced(
+        self,
+        call: partial[tuple[RenderedContent, float]],
+        debt: _CpuDebt,
+        subject: str | None,
+        body: str,
+        html: str | None,
+        data: dict[str, Any],
+        budget: RequestBudget | None,
+    ) -> tuple[RenderedContent, float]:
+        """``THREAD_SLICE_MS`` on a render thread, the rest of the limit in the render box."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(_RENDER_THREADS, partial(call, max_ms=THREAD_SLICE_MS))
+        except RenderError as exc:
+            if not exc.timed_out or exc.cpu_s * 1000 >= self.max_render_ms:
+                raise
+            debt.debt_s += exc.cpu_s
+        return await self._box.render(self, subject=subject, body=body, html=html, data=data, budget=budget)
 
     @asynccontextmanager
     async def turn(self, tenant: str) -> AsyncIterator[None]:
@@ -385,21 +414,26 @@ class Renderer:
         html: str | None,
         data: dict[str, Any],
         budget: RequestBudget | None = None,
+        max_ms: float | None = None,
     ) -> RenderedContent:
         """Render every given part with ``data``, within the limits described in the module docstring.
-        With ``budget``, the render also spends (and is limited by) the CPU time left in it."""
+        With ``budget``, the render also spends (and is limited by) the CPU time left in it; with
+        ``max_ms``, it is refused (``render_limit``, ``timed_out``) past that much CPU at once."""
         started = time.thread_time()
         try:
-            return self._render_once(subject=subject, body=body, html=html, data=data, budget=budget)
+            return self._render_once(
+                subject=subject, body=body, html=html, data=data, budget=budget, max_ms=max_ms
+            )
         finally:
             if budget is not None:
                 budget.spend(time.thread_time() - started)
 
     def _render_once(
         self, *, subject: str | None, body: str, html: str | None, data: dict[str, Any],
-        budget: RequestBudget | None,
+        budget: RequestBudget | None, max_ms: float | None = None,
     ) -> RenderedContent:  # fmt: skip
-        max_ms = float(self.max_render_ms)
+        sliced = max_ms is not None
+        max_ms = min(float(self.max_render_ms), max_ms or float(self.max_render_ms))
         if budget is not None:
             max_ms = min(max_ms, budget.remaining_ms)
             if max_ms <= 0:
@@ -411,7 +445,7 @@ class Renderer:
         try:
             out = self._render_parts(compiled, data, max_ms)
         except RenderError as exc:
-            if not exc.timed_out or budget is not None:
+            if not exc.timed_out or budget is not None or sliced:
                 raise
             # The CPU clock also counts what the template did not cause (a full garbage collection
             # took ~170 ms of CPU in a worker before gc.freeze, see workers/app.py): one more try

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from core.render import OWING_S, Renderer, RequestBudget
+from core.render import OWING_S, THREAD_SLICE_MS, Renderer, RequestBudget
 from core.render_box import RenderBox
 from core.render_errors import RenderError
 from harness.services import wait_until
@@ -28,7 +28,8 @@ async def test_a_tenant_owing_render_cpu_renders_in_the_box_and_others_stay_in_p
         with pytest.raises(RenderError):
             await renderer.render_async(subject=None, body=SLOW, html=None, data={}, tenant="b")
         assert renderer.owes("b"), f"a refused 100 ms render leaves more than {OWING_S} s owed"
-        assert box_pid(renderer) is None, "the first render of a tenant runs in-process"
+        assert box_pid(renderer) is not None, f"a render past {THREAD_SLICE_MS} ms finishes in the box"
+        await renderer._box.aclose()
 
         owed = renderer._debts["b"].settle()
         content = await renderer.render_async(
@@ -36,7 +37,7 @@ async def test_a_tenant_owing_render_cpu_renders_in_the_box_and_others_stay_in_p
             tenant="b",
         )  # fmt: skip
         assert (content.subject, content.body, content.html) == ("Hi <x>", "42", "<b>&lt;x&gt;</b>")
-        assert box_pid(renderer) is not None, "a tenant owing render CPU renders in the box"
+        assert box_pid(renderer) is not None, "a tenant owing render CPU renders in the box at once"
         with pytest.raises(RenderError) as caught:
             await renderer.render_async(subject=None, body="{{ missing }}", html=None, data={}, tenant="b")
         assert (caught.value.code, caught.value.variable) == ("missing_variable", "missing")
@@ -53,6 +54,20 @@ async def test_a_tenant_owing_render_cpu_renders_in_the_box_and_others_stay_in_p
         assert (
             await renderer.render_async(subject=None, body="fine", html=None, data={}, tenant="a")
         ).body == "fine"
+    finally:
+        await renderer.aclose()
+
+
+async def test_ordinary_renders_stay_on_the_render_threads() -> None:
+    renderer = Renderer(max_render_ms=100)
+    try:
+        for n in range(50):
+            content = await renderer.render_async(
+                subject="Hi {{ name }}", body="{{ n * 2 }}", html=None, data={"name": "x", "n": n}, tenant="a"
+            )
+            assert content.body == str(n * 2)
+        assert box_pid(renderer) is None
+        assert not renderer.owes("a")
     finally:
         await renderer.aclose()
 
