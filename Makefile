@@ -35,7 +35,8 @@ test: install services browser prometheus lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: install services
-	$(PY) -m bench.e2e --reference
+	bash scripts/wrk.sh
+	$(PY) -m bench.e2e --reference --pairs 3
 
 # The slow tests, then every chaos scenario at full scale against real processes (~15 min); writes chaos/results.md.
 chaos: install services

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import secrets
 import statistics
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
+from bench.load import Load
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
@@ -44,12 +46,9 @@ def body(i: int, channel: str) -> dict[str, object]:
     }
 
 
-async def drive(
-    url: str, key: str, count: int, concurrency: int, channel: str, batch: int = 1
-) -> tuple[float, list[float]]:
-    """Send ``count`` notifications from ``concurrency`` clients, one per request (``batch`` 1) or
-    ``batch`` per ``POST /v1/notifications/batch``; returns the elapsed seconds and each request's
-    latency."""
+async def drive(url: str, key: str, count: int, concurrency: int, channel: str, batch: int = 1) -> Load:
+    """Send ``count`` notifications from ``concurrency`` aiohttp clients in this process, one per
+    request (``batch`` 1) or ``batch`` per ``POST /v1/notifications/batch``."""
     latencies: list[float] = []
     next_i = 0
     headers = {"Authorization": f"Bearer {key}"}
@@ -76,7 +75,9 @@ async def drive(
 
         start = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(concurrency)))
-        return time.perf_counter() - start, latencies
+        elapsed = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100)
+    return Load(count, elapsed, q[49], q[98])
 
 
 async def ready(api_url: str) -> bool:
@@ -116,7 +117,7 @@ def machine_busy_s() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-Driver = Callable[[int, int], Awaitable[tuple[float, list[float]]]]
+Driver = Callable[[], Awaitable[Load]]
 
 
 @dataclass
@@ -134,7 +135,8 @@ class Measurement:
     concurrency: int = 0
     accept_s: float = 0.0
     delivered_s: float = 0.0
-    latencies: list[float] = field(default_factory=list)
+    p50_s: float = 0.0
+    p99_s: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
 
     def _groups(self) -> dict[str, list[int]]:
@@ -143,44 +145,76 @@ class Measurement:
         groups["redis"] = pids_named("redis-server")
         if self.broker_pid is not None:
             groups["tansu broker"] = [self.broker_pid]
-        groups["load generator (this process)"] = [os.getpid()]
+        groups["load generator (this process, wrk)"] = [os.getpid()]
         return groups
 
     def _cpu(self) -> dict[str, float]:
         cpu = {name: sum(cpu_s(pid) for pid in pids) for name, pids in self._groups().items()}
+        # wrk, once it has exited: the children this process has waited for (the pipeline's
+        # processes are still running, so they are not in it).
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu["load generator (this process, wrk)"] += children.ru_utime + children.ru_stime
         cpu["whole machine"] = machine_busy_s()
         return cpu
 
     async def run(
-        self, drive: Driver, *, count: int, concurrency: int, delivered: Callable[[int], Awaitable[bool]]
+        self, drive: Driver, *, warm_up: Driver, concurrency: int, delivered: Callable[[int], Awaitable[bool]]
     ) -> None:
-        """Warm up (200 sends, until delivered), then send ``count`` more and wait until every one
-        is delivered (``delivered(n)``: at least n delivered so far)."""
-        await drive(200, 16)  # warm-up; also lets the workers join their group
+        """Warm up (200 sends, until delivered), then ``drive`` the load and wait until every send
+        it made is delivered (``delivered(n)``: at least n delivered so far)."""
+        await warm_up()  # also lets the workers join their group
         await wait_until(lambda: delivered(200), 60)
-        self.count, self.concurrency = count, concurrency
+        self.concurrency = concurrency
         before = self._cpu()
         start = time.perf_counter()
-        self.accept_s, self.latencies = await drive(count, concurrency)
-        await wait_until(lambda: delivered(200 + count), 600, 0.05)
+        load = await drive()
+        self.count, self.accept_s, self.p50_s, self.p99_s = load.sent, load.elapsed_s, load.p50_s, load.p99_s
+        await wait_until(lambda: delivered(200 + load.sent), 600, 0.05)
         self.delivered_s = time.perf_counter() - start
         after = self._cpu()
-        self.cpu_ms = {name: (after[name] - before[name]) * 1000 / count for name in after}
+        self.cpu_ms = {name: (after[name] - before[name]) * 1000 / load.sent for name in after}
 
 
 def print_figures(title: str, m: Measurement) -> None:
-    q = statistics.quantiles(m.latencies, n=100)
     print(f"\n{title}: {m.count} notifications, {m.concurrency} concurrent clients\n")
     print(f"{'accepted/s':44} {m.count / m.accept_s:10.0f}")
-    print(f"{'accept latency p50 (ms)':44} {q[49] * 1000:10.1f}")
-    print(f"{'accept latency p99 (ms)':44} {q[98] * 1000:10.1f}")
+    print(f"{'accept latency p50 (ms)':44} {m.p50_s * 1000:10.1f}")
+    print(f"{'accept latency p99 (ms)':44} {m.p99_s * 1000:10.1f}")
     print(f"{'delivered/s end to end (to sent)':44} {m.count / m.delivered_s:10.0f}")
     print(f"{'time to last sent after first send (s)':44} {m.delivered_s:10.2f}")
     for name, ms in m.cpu_ms.items():
         print(f"{'CPU ms per notification, ' + name:44} {ms:10.3f}")
 
 
-async def main(count: int, concurrency: int, channel: str, workers: int, batch: int) -> Measurement:
+@dataclass(frozen=True)
+class LoadPlan:
+    """How to load an API: ``wrk`` for ``seconds`` (the default, see ``bench/wrk_load.py``), or
+    ``count`` sends from this process's aiohttp client (``python``, the only one that batches)."""
+
+    load: str
+    count: int
+    seconds: float
+    concurrency: int
+    channel: str = "email"
+    batch: int = 1
+
+    def driver(self, url: str, key: str) -> Driver:
+        if self.load == "wrk" and self.batch == 1:
+            from bench.wrk_load import wrk_drive
+
+            return lambda: wrk_drive(url, key, self.seconds, self.concurrency, self.channel)
+        return lambda: drive(url, key, self.count, self.concurrency, self.channel, self.batch)
+
+    def warm_up(self, url: str, key: str) -> Driver:
+        return lambda: drive(url, key, 200, 16, self.channel)
+
+    def describe(self) -> str:
+        if self.load == "wrk" and self.batch == 1:
+            return f"wrk, {self.seconds:g} s"
+        return f"python client, {self.count} sends" + (f", {self.batch} a request" if self.batch > 1 else "")
+
+
+async def main(plan: LoadPlan, workers: int = 1) -> Measurement:
     broker = TansuBroker()
     broker.start()
     url = await fresh_database("clarion_bench")
@@ -198,7 +232,7 @@ async def main(count: int, concurrency: int, channel: str, workers: int, batch: 
         tenant = await make_tenant(engine)
         await engine.dispose()
         procs = [ClarionProcess(settings, "api"), ClarionProcess(settings, "relay")]
-        procs += [ClarionProcess(settings, "worker", channel) for _ in range(workers)]
+        procs += [ClarionProcess(settings, "worker", plan.channel) for _ in range(workers)]
         for p in procs:
             p.start()
         api_url = f"http://127.0.0.1:{settings.api_port}"
@@ -208,15 +242,17 @@ async def main(count: int, concurrency: int, channel: str, workers: int, batch: 
             {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}, broker_pid=broker.pid
         )
         await measurement.run(
-            lambda n, c: drive(api_url, tenant.key, n, c, channel, batch),
-            count=count,
-            concurrency=concurrency,
+            plan.driver(api_url, tenant.key),
+            warm_up=plan.warm_up(api_url, tenant.key),
+            concurrency=plan.concurrency,
             delivered=lambda n: count_at_least(conn, "sent", n),
         )
         await conn.close()
-        route = "POST /v1/notifications" + ("" if batch == 1 else f"/batch, {batch} a request")
+        route = "POST /v1/notifications" + ("" if plan.batch == 1 else "/batch")
         print_figures(
-            f"Clarion ({route}, {channel}, {workers} worker process(es), API + relay apart)", measurement
+            f"Clarion ({route}, {plan.channel}, {workers} worker process(es), API + relay apart; "
+            f"load: {plan.describe()})",
+            measurement,
         )
         return measurement
     finally:
@@ -233,24 +269,36 @@ async def count_at_least(conn: asyncpg.Connection, status: str, at_least: int) -
     )
 
 
-async def compare(count: int, concurrency: int) -> None:
-    """Clarion and the reference pipeline (``bench.reference``), one after the other, same load."""
+async def compare(plan: LoadPlan, pairs: int) -> None:
+    """Clarion and the reference pipeline (``bench.reference``), one after the other, same load,
+    ``pairs`` times; prints every pair and the median of each ratio."""
     from bench.reference import run_reference
 
-    ours = await main(count, concurrency, "email", 1, 1)
-    theirs = await run_reference(count, concurrency)
-    print(f"\n{'':44} {'Clarion':>10} {'reference':>10} {'ratio':>7}")
-    for name, a, b, unit in [
-        ("accepted/s", ours.count / ours.accept_s, theirs.count / theirs.accept_s, ",.0f"),
-        ("delivered/s end to end", ours.count / ours.delivered_s, theirs.count / theirs.delivered_s, ",.0f"),
-        ("whole-machine CPU ms per notification", ours.cpu_ms["whole machine"], theirs.cpu_ms["whole machine"], ".3f"),
-    ]:  # fmt: skip
-        print(f"{name:44} {a:>10{unit}} {b:>10{unit}} {a / b:>7.2f}")
+    rows: list[dict[str, tuple[float, float]]] = []
+    for _ in range(pairs):
+        ours = await main(plan)
+        theirs = await run_reference(plan)
+        rows.append(
+            {
+                "accepted/s": (ours.count / ours.accept_s, theirs.count / theirs.accept_s),
+                "delivered/s end to end": (ours.count / ours.delivered_s, theirs.count / theirs.delivered_s),
+                "accept p99 (ms)": (ours.p99_s * 1000, theirs.p99_s * 1000),
+                "whole-machine CPU ms per notification": (
+                    ours.cpu_ms["whole machine"], theirs.cpu_ms["whole machine"],
+                ),
+            }
+        )  # fmt: skip
+    print(f"\n{pairs} pair(s), load: {plan.describe()}; per pair: Clarion / reference = ratio")
+    for name in rows[0]:
+        cells = "   ".join(f"{a:,.1f} / {b:,.1f} = {a / b:.2f}" for a, b in (row[name] for row in rows))
+        median = statistics.median(a / b for a, b in (row[name] for row in rows))
+        print(f"{name:40} {cells}   median ratio {median:.2f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--count", type=int, default=10_000)
+    parser.add_argument("--count", type=int, default=10_000, help="sends, with --load python")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long wrk sends, with --load wrk")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--channel", default="email", choices=["email", "sms"])
     parser.add_argument("--workers", type=int, default=1)
@@ -258,12 +306,19 @@ if __name__ == "__main__":
         "--batch", type=int, default=1, help="notifications per request (>1: POST /v1/notifications/batch)"
     )
     parser.add_argument(
+        "--load", default="wrk", choices=["wrk", "python"], help="load generator (batches: python)"
+    )
+    parser.add_argument(
         "--reference",
         action="store_true",
         help="then run the reference pipeline (bench.reference) under the same load and compare",
     )
+    parser.add_argument(
+        "--pairs", type=int, default=1, help="with --reference: Clarion/reference pairs to run"
+    )
     args = parser.parse_args()
+    plan = LoadPlan(args.load, args.count, args.seconds, args.concurrency, args.channel, args.batch)
     if args.reference:
-        asyncio.run(compare(args.count, args.concurrency))
+        asyncio.run(compare(plan, args.pairs))
     else:
-        asyncio.run(main(args.count, args.concurrency, args.channel, args.workers, args.batch))
+        asyncio.run(main(plan, args.workers))

@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import Measurement, count_at_least, drive, print_figures, ready
+from bench.e2e import LoadPlan, Measurement, count_at_least, print_figures, ready
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
@@ -228,7 +228,7 @@ def _serve_api(dsn: str, bootstrap: str, key: str, port: int) -> None:
     )  # fmt: skip
 
 
-async def run_reference(count: int, concurrency: int) -> Measurement:
+async def run_reference(plan: LoadPlan) -> Measurement:
     """Start the reference pipeline on a broker of its own, drive it, print and return its figures."""
     broker = TansuBroker()
     broker.start()
@@ -241,13 +241,16 @@ async def run_reference(count: int, concurrency: int) -> Measurement:
             {role: proc.pid for role, proc in reference.procs.items()}, broker_pid=broker.pid
         )
         await measurement.run(
-            lambda n, c: drive(url, reference.key, n, c, "email"),
-            count=count,
-            concurrency=concurrency,
+            plan.driver(url, reference.key),
+            warm_up=plan.warm_up(url, reference.key),
+            concurrency=plan.concurrency,
             delivered=lambda n: count_at_least(conn, "sent", n),
         )
         await conn.close()
-        print_figures("Reference pipeline (FastAPI + asyncpg + aiokafka + Redis + aiohttp)", measurement)
+        print_figures(
+            f"Reference pipeline (FastAPI + asyncpg + aiokafka + Redis + aiohttp; load: {plan.describe()})",
+            measurement,
+        )
         return measurement
     finally:
         await reference.stop()
@@ -267,7 +270,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--count", type=int, default=10_000)
+    parser.add_argument("--count", type=int, default=10_000, help="sends, with --load python")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long wrk sends, with --load wrk")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--load", default="wrk", choices=["wrk", "python"])
     args = parser.parse_args()
-    asyncio.run(run_reference(args.count, args.concurrency))
+    asyncio.run(run_reference(LoadPlan(args.load, args.count, args.seconds, args.concurrency)))
