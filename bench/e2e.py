@@ -1,20 +1,22 @@
 """End-to-end benchmark: accepts/s through POST /v1/notifications, deliveries/s to the sandbox
 provider, and accept latency, with the API, an email worker and the relay as separate processes.
 
-    .venv/bin/python -m bench.e2e [--count 10000] [--concurrency 64] [--channel email] [--batch N]
-    .venv/bin/python -m bench.e2e --reference   # then the reference pipeline, same load, side by side
+    .venv/bin/python -m bench.e2e [--seconds 20] [--concurrency 64] [--channel email]
+    .venv/bin/python -m bench.e2e --reference --pairs 3   # `make bench`: Clarion, then the
+                                                          # reference pipeline, 3 pairs, medians
+    .venv/bin/python -m bench.e2e --load python --count 30000 --batch 100 --concurrency 8
 
-It starts its own Tansu broker and a fresh database (dropped afterwards).
+The load comes from ``wrk`` (``bench/wrk_load.py``) for ``--seconds``, or from a Python client in
+this process for ``--count`` sends (``--load python``, the only one that batches). It starts its
+own Tansu broker and a fresh database (dropped afterwards).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
-import secrets
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -24,7 +26,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from bench.load import Load
+from bench.load import Driver, LoadPlan
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
@@ -32,52 +34,6 @@ from clarion.settings import Settings
 from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from harness.tenants import make_tenant
 from schema.db import create_engine
-
-
-def body(i: int, channel: str) -> dict[str, object]:
-    user = {"id": f"u-{i % 5000}", "email": f"user{i % 5000}@example.com", "phone": "+14155550100"}
-    template, data = ("otp", {"code": str(i)}) if channel == "sms" else ("welcome", {"name": f"n{i}"})
-    return {
-        "event_id": f"bench-{secrets.token_hex(8)}",
-        "user": user,
-        "channel": channel,
-        "template": template,
-        "data": data,
-    }
-
-
-async def drive(url: str, key: str, count: int, concurrency: int, channel: str, batch: int = 1) -> Load:
-    """Send ``count`` notifications from ``concurrency`` aiohttp clients in this process, one per
-    request (``batch`` 1) or ``batch`` per ``POST /v1/notifications/batch``."""
-    latencies: list[float] = []
-    next_i = 0
-    headers = {"Authorization": f"Bearer {key}"}
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(url, headers=headers, connector=connector) as session:
-
-        async def client() -> None:
-            nonlocal next_i
-            while next_i < count:
-                i = next_i
-                size = min(batch, count - i)
-                next_i += size
-                if batch == 1:
-                    path, payload = "/v1/notifications", body(i, channel)
-                else:
-                    path = "/v1/notifications/batch"
-                    payload = {"notifications": [body(j, channel) for j in range(i, i + size)]}
-                t0 = time.perf_counter()
-                async with session.post(path, json=payload) as response:
-                    answer = await response.read()
-                    if response.status != 202 or (batch > 1 and json.loads(answer)["rejected"]):
-                        raise RuntimeError(f"send {i}: HTTP {response.status} {answer[:200]!r}")
-                latencies.append(time.perf_counter() - t0)
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    q = statistics.quantiles(latencies, n=100)
-    return Load(count, elapsed, q[49], q[98])
 
 
 async def ready(api_url: str) -> bool:
@@ -115,9 +71,6 @@ def machine_busy_s() -> float:
     """CPU seconds all cores have spent on anything but idle and I/O wait so far (/proc/stat)."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-Driver = Callable[[], Awaitable[Load]]
 
 
 @dataclass
@@ -184,34 +137,6 @@ def print_figures(title: str, m: Measurement) -> None:
     print(f"{'time to last sent after first send (s)':44} {m.delivered_s:10.2f}")
     for name, ms in m.cpu_ms.items():
         print(f"{'CPU ms per notification, ' + name:44} {ms:10.3f}")
-
-
-@dataclass(frozen=True)
-class LoadPlan:
-    """How to load an API: ``wrk`` for ``seconds`` (the default, see ``bench/wrk_load.py``), or
-    ``count`` sends from this process's aiohttp client (``python``, the only one that batches)."""
-
-    load: str
-    count: int
-    seconds: float
-    concurrency: int
-    channel: str = "email"
-    batch: int = 1
-
-    def driver(self, url: str, key: str) -> Driver:
-        if self.load == "wrk" and self.batch == 1:
-            from bench.wrk_load import wrk_drive
-
-            return lambda: wrk_drive(url, key, self.seconds, self.concurrency, self.channel)
-        return lambda: drive(url, key, self.count, self.concurrency, self.channel, self.batch)
-
-    def warm_up(self, url: str, key: str) -> Driver:
-        return lambda: drive(url, key, 200, 16, self.channel)
-
-    def describe(self) -> str:
-        if self.load == "wrk" and self.batch == 1:
-            return f"wrk, {self.seconds:g} s"
-        return f"python client, {self.count} sends" + (f", {self.batch} a request" if self.batch > 1 else "")
 
 
 async def main(plan: LoadPlan, workers: int = 1) -> Measurement:

@@ -37,7 +37,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import LoadPlan, Measurement, count_at_least, print_figures, ready
+from bench.e2e import Measurement, count_at_least, print_figures, ready
+from bench.load import LoadPlan
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn

@@ -16,7 +16,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from bench.e2e import Load
+from bench.load import Load
 
 SCRIPT = Path(__file__).with_name("send.lua")
 
