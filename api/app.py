@@ -57,6 +57,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.ingress = IngressLimits.build(settings=settings, pool=pool)
         app.state.queues = QueueMonitor(engine=engine, bootstrap=settings.kafka_bootstrap or "")
         await outbox.start()
+        if settings.render_box_at_start:
+            await app.state.renderer.start_box()
         try:
             yield
         finally:

@@ -150,6 +150,10 @@ class Settings(BaseSettings):
         le=1_000_000,
         description="Template versions one tenant may hold, all names, channels and locales together.",
     )
+    render_box_at_start: bool = Field(
+        default=True,
+        description="Start the API's render box (the child process that renders for tenants past their render CPU share) with the API rather than on first use, so its start-up does not land in the middle of a template attack.",
+    )
     operator_token: SecretStr | None = Field(
         default=None,
         description="Bearer token of the platform operator: cluster-wide figures (Kafka offsets and lag, every tenant's queues) at /v1/ops/cluster/queues. No tenant key opens them (unset: 404).",

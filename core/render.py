@@ -387,6 +387,10 @@ class Renderer:
             if turn.waiting == 0:
                 self._turns.pop(tenant, None)  # no entry outlives its last render
 
+    async def start_box(self) -> None:
+        """Start the render box's process ahead of its first use (the API does, at start-up)."""
+        await self._box.start()
+
     async def aclose(self) -> None:
         """Stop the render box's process, if one was started."""
         await self._box.aclose()
