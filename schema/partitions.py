@@ -29,6 +29,15 @@ def _ident(name: str) -> str:
     return name
 
 
+_CHILD = re.compile(r"^[a-z_][a-z0-9_]{0,40}_(default|p\d{8})$")
+
+
+def include_name(name: str | None, type_: str, _parent: object = None) -> bool:
+    """Alembic's ``include_name``: a day or default partition is operational state, not schema
+    (the models describe the parent), so migrations and their tests leave it out."""
+    return not (type_ == "table" and name is not None and _CHILD.match(name))
+
+
 def partition_name(parent: str, day: dt.date) -> str:
     return f"{_ident(parent)}_p{day:%Y%m%d}"
 
