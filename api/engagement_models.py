@@ -38,6 +38,7 @@ class EngagementIn(BaseModel):
     )
     occurred_at: AwareDatetime | None = Field(
         default=None,
+        strict=True,  # a date-time text, as documented: not a number of seconds
         description="when it happened (default: now); kept between the send's creation and now. "
         "The same type, link and occurred_at again is the same event: counted once",
     )
