@@ -9,7 +9,9 @@ for want of a partition (``default_rows`` reports whether anything landed there)
 Errors: identifiers are never tenant input; ``ValueError`` for a name that is not a plain SQL
 identifier, asyncpg errors pass through unchanged.
 
-Not yet wired in: the notification log is still one unpartitioned table (see docs/partitioning.md).
+Not yet wired in: the notification log is still one unpartitioned table; ``engagement`` is
+partitioned (by its notification's ``created_at``) but nothing runs the loop on it yet, so its rows
+sit in ``engagement_default`` (see docs/partitioning.md).
 """
 
 from __future__ import annotations
