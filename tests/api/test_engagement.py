@@ -5,6 +5,7 @@ input refused with a 4xx and nothing stored."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.engagement import MAX_LINKS
 from clarion.engagement_tokens import make_engagement_token
 from clarion.settings import Settings
+from core.engagement import SEEN_KEPT
 from harness.services import ApiServer, api_client
 from tests.conftest import METRICS_TOKEN, TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error, refused, scrape
@@ -318,3 +320,43 @@ async def test_counted_events_are_in_the_metric_by_channel_and_type(
             type="opened",
         )
     assert after - before == 1
+
+
+async def test_the_same_report_sent_concurrently_is_counted_once(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    answers = await asyncio.gather(
+        *(client.post(events_url(nid), json={"type": "opened"}) for _ in range(10))
+    )
+    assert [a.status_code for a in answers] == [200] * 10
+    assert sum(not a.json()["duplicate"] for a in answers) == 1
+    assert await rows(engine, nid) == [("opened", "", 1)]
+
+
+async def test_the_replay_markers_a_row_keeps_are_bounded(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    async with engine.begin() as conn:  # sent an hour ago, so 80 distinct times fit after it
+        await conn.execute(
+            sa.text("UPDATE notifications SET created_at = now() - interval '1 hour' WHERE id = :n"),
+            {"n": nid},
+        )
+    start = datetime.now(UTC) - timedelta(minutes=30)
+    for i in range(SEEN_KEPT + 16):
+        at = (start + timedelta(seconds=i)).isoformat()
+        assert (
+            await client.post(events_url(nid), json={"type": "opened", "occurred_at": at})
+        ).status_code == 200
+    async with engine.connect() as conn:
+        count, kept = (
+            await conn.execute(
+                sa.text("SELECT count, cardinality(seen) FROM engagement WHERE notification_id = :n"),
+                {"n": nid},
+            )
+        ).one()
+    assert (count, kept) == (SEEN_KEPT + 16, SEEN_KEPT)
+    latest = (start + timedelta(seconds=SEEN_KEPT + 15)).isoformat()
+    again = await client.post(events_url(nid), json={"type": "opened", "occurred_at": latest})
+    assert again.json()["duplicate"] is True  # the latest replays are still recognised
