@@ -108,6 +108,22 @@ UPDATE notifications
 """
 
 
+def _twilio_engagement(row: asyncpg.Record, sid: str, status: str) -> list[EngagementEvent]:
+    engaged = TWILIO_ENGAGEMENT.get(status)
+    if engaged is None:  # failed: never handed to the carrier, not something the person saw
+        return []
+    event = EngagementEvent(
+        tenant_id=row["tenant_id"],
+        notification_id=row["id"],
+        notification_created_at=row["created_at"],
+        type=engaged,
+        at=max(datetime.now(UTC), row["created_at"]),
+        source="twilio",
+        marker=f"twilio:{sid}:{status}",  # Twilio's replay repeats both
+    )
+    return [event]
+
+
 def twilio_signature_valid(*, auth_token: str, url: str, params: FormData, signature: str | None) -> bool:
     """Whether ``signature`` is Twilio's for a form POST of ``params`` to ``url`` (the full public
     URL with its query), per the SDK's ``RequestValidator`` (also tries the URL with and without
@@ -177,19 +193,7 @@ async def record_twilio_status(
         )
         if opt_out:
             await opt_out_all(conn, [OptOut(row["user_id"], "sms", "*")])
-        engaged = TWILIO_ENGAGEMENT.get(status)
-        recorded = []
-        if engaged is not None:
-            event = EngagementEvent(
-                tenant_id=row["tenant_id"],
-                notification_id=row["id"],
-                notification_created_at=row["created_at"],
-                type=engaged,
-                at=max(datetime.now(UTC), row["created_at"]),
-                source="twilio",
-                marker=f"twilio:{sid}:{status}",
-            )
-            recorded = await record_engagement(conn=conn, events=[event])
+        recorded = await record_engagement(conn=conn, events=_twilio_engagement(row, sid, status))
     count_recorded(recorded, "sms")
     count_event("twilio", status, "recorded")
     return WebhookResult(recorded=1, opted_out=int(opt_out))
