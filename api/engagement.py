@@ -27,16 +27,17 @@ from core.engagement import EngagementEvent, Recorded, record_engagement
 from schema.enums import EngagementType
 
 _FIND = "SELECT channel, created_at FROM notifications WHERE id = $1 AND tenant_id = $2"
+# Every read names the notification's created_at: the partition key, so one day is probed.
 # Distinct links one notification's reported clicks may name: a device holds its token for a month,
 # and each new link is a row (SendGrid's clicks name the email's own links, a bounded set).
 MAX_LINKS = 100
 _LINKS = """
 SELECT count(*) FILTER (WHERE link = $3) AS same, count(*) AS links FROM engagement
- WHERE notification_id = $1 AND type = 'clicked' AND tenant_id = $2
+ WHERE notification_id = $1 AND type = 'clicked' AND tenant_id = $2 AND notification_created_at = $4
 """
 _ROW = """
 SELECT type, link, first_at, last_at, count, source FROM engagement
- WHERE notification_id = $1 AND type = $2 AND link = $3 AND tenant_id = $4
+ WHERE notification_id = $1 AND type = $2 AND link = $3 AND tenant_id = $4 AND notification_created_at = $5
 """
 
 
@@ -74,7 +75,7 @@ async def report_engagement(
         if found is None:
             raise ApiError(404, "not_found", f"No notification {notification_id}.")
         if link:
-            links = await conn.fetchrow(_LINKS, notification_id, tenant_id, link)
+            links = await conn.fetchrow(_LINKS, notification_id, tenant_id, link, found["created_at"])
             if not links["same"] and links["links"] >= MAX_LINKS:
                 raise ApiError(
                     422, "too_many_links", f"This notification already has clicks on {MAX_LINKS} links."
@@ -90,7 +91,9 @@ async def report_engagement(
             marker=f"report:{report.type.value}:{occurred}:{link}",
         )
         recorded = await record_engagement(conn=conn, events=[event])
-        row = await conn.fetchrow(_ROW, notification_id, event.type.value, link, tenant_id)
+        row = await conn.fetchrow(
+            _ROW, notification_id, event.type.value, link, tenant_id, found["created_at"]
+        )
     count_recorded(recorded, found["channel"])
     return EngagementRecorded(
         notification_id=notification_id,

@@ -73,7 +73,11 @@ async def get_notification(
         engagement = (
             await conn.execute(
                 sa.select(_e)
-                .where(_e.c.notification_id == notification_id, _e.c.tenant_id == tenant_id)
+                .where(
+                    _e.c.notification_id == notification_id,
+                    _e.c.tenant_id == tenant_id,
+                    _e.c.notification_created_at == row.created_at,  # one partition, not every day
+                )
                 .order_by(_e.c.first_at, _e.c.type, _e.c.link)
                 .limit(MAX_SHOWN)
             )
