@@ -258,7 +258,7 @@ class Worker:
         self.pipeline = Pipeline(
             channel=self.channel,
             pool=pool,
-            content=Content(pool=pool, renderer=Renderer()),
+            content=Content(pool=pool, renderer=Renderer(), tracking=steps.email_tracking),
             sender=sender,
             policy=self.policy,
             lease_s=settings.lease_s,
