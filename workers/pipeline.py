@@ -7,7 +7,8 @@ Each step is a call into the module named after it: ``claim``, ``steps`` (the sc
 ``wiring`` chose for the channel), ``recipients``, ``content``, ``send``, ``conclude`` and
 ``record``. Every step either moves the notification forward or ends it with an ``Outcome``; one
 notification's fault ends that notification alone (``_deliver_isolated``). The caller records the
-outcomes (retrying until done) and only then commits the batch's offsets.
+outcomes (retrying until done) and only then commits the batch's offsets. When tracing is on,
+the claim, the render, every provider call and the record add their spans (``workers.traces``).
 """
 
 from __future__ import annotations
