@@ -124,7 +124,9 @@ def accept_span(request: Request) -> Iterator[tracing.SpanRef]:
     valid (anything else starts a new trace, never an error). A refusal (``ApiError``) is kept as
     its status and code; only a 5xx marks the span failed, as for any HTTP server span."""
     refused: ApiError | None = None
-    with tracing.span("clarion.accept", parent=request.headers.get(tracing.HEADER), kind="server") as span:
+    parent = request.headers.get(tracing.HEADER)
+    attributes = {"http.request.method": "POST", "http.route": request.scope["path"]}
+    with tracing.span("clarion.accept", parent=parent, kind="server", attributes=attributes) as span:
         try:
             yield span
         except ApiError as exc:

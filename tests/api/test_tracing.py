@@ -10,10 +10,17 @@ from uuid import UUID
 import httpx
 import pytest
 import sqlalchemy as sa
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.relay import Relay
+from clarion.kafka import Publisher
+from clarion.settings import Settings
+from harness.services import wait_until
+from schema.enums import Channel
+from schema.messages import topic
 from tests.fixtures.sends import email_send
 from tests.fixtures.spans import HOSTILE, VALID, in_memory_traces, named, traceparent
 
@@ -43,6 +50,7 @@ async def test_a_send_continues_the_callers_trace_and_keeps_its_accept_span(
     assert accept.attributes["clarion.notification_id"] == nid
     assert accept.attributes["http.response.status_code"] == 202
     assert accept.attributes["clarion.channel"] == "email"
+    assert accept.attributes["http.route"] == "/v1/notifications"
     assert await stored_traceparent(engine, nid) == traceparent(accept)
 
 
@@ -102,3 +110,45 @@ async def test_with_tracing_off_nothing_is_kept(client: httpx.AsyncClient, engin
     response = await client.post("/v1/notifications", json=email_send(), headers={"traceparent": VALID})
     assert response.status_code == 202
     assert await stored_traceparent(engine, response.json()["id"]) is None
+
+
+async def test_the_relay_republishes_a_notification_with_its_stored_traceparent(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    """A send the broker never got (the API stopped before publishing) is republished by the relay
+    from the log; the record carries the accept span's traceparent, so the trace goes on."""
+    nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
+    stored = await stored_traceparent(engine, nid)
+    assert stored is not None
+    async with engine.begin() as conn:  # as if the outbox had never published it
+        await conn.execute(
+            sa.text(
+                "UPDATE notifications SET status = 'accepted', published_at = NULL,"
+                " created_at = now() - interval '1 hour' WHERE id = :id"
+            ),
+            {"id": UUID(nid)},
+        )
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    publisher = Publisher(settings.kafka_bootstrap or "")
+    try:
+        partitions = [TopicPartition(topic(Channel.email), p) for p in range(2)]
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        for p in partitions:
+            await consumer.position(p)
+        relay = Relay(engine, publisher, interval_s=0.3, grace_s=1.0, stale_queued_s=30.0)
+        await relay.run_once()  # a relay of the session's own stack may take it first: the same code
+
+        async def republished() -> dict[str, bytes] | None:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for r in records:
+                    if r.value is not None and nid in r.value.decode():
+                        return dict(r.headers)
+            return None
+
+        headers = await wait_until(republished, timeout_s=15)
+    finally:
+        await publisher.close()
+        await consumer.stop()
+    assert headers["traceparent"] == stored.encode()
