@@ -20,6 +20,7 @@ from api.models import BatchIn, NotificationIn
 from api.openapi_doc import document as document_errors
 from api.ops import QueueMonitor
 from api.outbox import Outbox
+from api.routes import analytics as analytics_routes
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
 from api.routes import dlq as dlq_routes
 from api.routes import docs as docs_routes
@@ -98,6 +99,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(webhook_routes.router)
     app.include_router(engagement_routes.router)
     app.include_router(tracking_routes.router)
+    app.include_router(analytics_routes.router)
     app.include_router(key_routes.router)
     if settings.sandbox_enabled:
         app.include_router(sandbox.router)

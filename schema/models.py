@@ -274,3 +274,36 @@ class SandboxMessage(SQLModel, table=True):
     data: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column(JSONB, nullable=False))
     provider_message_id: str
     created_at: datetime | None = Field(default=None, sa_column=_now_col())
+
+
+class AnalyticsHourly(SQLModel, table=True):
+    """Hourly counts per tenant, channel, template (version), category and provider, kept up to
+    date as notifications are accepted, end and are engaged with (``core.analytics``).
+
+    Range partitioned on ``hour`` (the hour a notification was accepted) so it ages out by whole
+    days with the log; a few rows per tenant and hour, not one per notification.
+    """
+
+    __tablename__ = "analytics_hourly"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (hour)"},)
+    tenant_id: str = Field(primary_key=True, max_length=64)
+    hour: datetime = Field(sa_column=sa.Column(TS, primary_key=True, nullable=False))
+    channel: str = Field(primary_key=True, max_length=8)
+    template: str = Field(default="", primary_key=True, max_length=128, description="'' for inline content")
+    template_version: int = Field(default=0, primary_key=True)
+    category: str = Field(default="", primary_key=True, max_length=64)
+    provider: str = Field(
+        default="", primary_key=True, max_length=32, description="'' before a provider is known"
+    )
+    accepted: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    sent: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    failed: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    suppressed: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    delivered: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    bounced: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    opened: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    clicked: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    unsubscribed: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    complained: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
