@@ -153,8 +153,7 @@ async def test_acquire_many_equals_sequential_in_one_round_trip(
 
         return call
 
-    monkeypatch.setattr(batching._redis, "pipeline", counting(batching._redis.pipeline))
-    monkeypatch.setattr(batching._redis, "evalsha", counting(batching._redis.evalsha))
+    monkeypatch.setattr(batching, "_round_trip", counting(batching._round_trip))
 
     batched = await batching.acquire_many(requests)
 
