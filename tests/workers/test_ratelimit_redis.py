@@ -20,24 +20,18 @@ from redis.asyncio import Redis
 from core.limiter import build_rate_limiter
 from core.ratelimit import (
     Allowed,
-    ElasticPool,
-    LimitDecision,
     MemoryRateLimiter,
     RetryAfter,
     Rule,
 )
 from core.ratelimit_redis import CHUNK, FAIL_OPEN_METRIC, RedisRateLimiter
+from tests.fixtures.ratelimit import HOURLY, TIMELINES, assert_close
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CROSS_PROCESS_DURATION_S = 10.0
 CROSS_PROCESS_WORKERS = 4
 CROSS_PROCESS_RULE = Rule("cross-process", limit=500, period_s=1.0)
-
-# A period of an hour makes T = 6 minutes, so the few ms the server clock moves during a test
-# change retry_after_ms/reset_after_ms by a few ms and never change remaining.
-HOURLY = Rule("hourly", limit=10, period_s=3600.0)
-SLACK_MS = 2_000
 
 
 @pytest.fixture
@@ -61,35 +55,6 @@ async def limiter(prefix: str) -> AsyncIterator[RedisRateLimiter]:
     limiter = RedisRateLimiter.from_url(REDIS_URL, prefix=prefix, registry=CollectorRegistry())
     yield limiter
     await limiter.aclose()
-
-
-def assert_close(actual: list[LimitDecision], expected: list[LimitDecision]) -> None:
-    """Equal except that ms values may differ by SLACK_MS (the server clock moves during a test)."""
-    assert len(actual) == len(expected)
-    for got, want in zip(actual, expected, strict=True):
-        assert type(got) is type(want), (got, want)
-        assert got.remaining == want.remaining, (got, want)
-        assert abs(got.reset_after_ms - want.reset_after_ms) <= SLACK_MS, (got, want)
-        if isinstance(got, RetryAfter) and isinstance(want, RetryAfter):
-            assert abs(got.retry_after_ms - want.retry_after_ms) <= SLACK_MS, (got, want)
-        if isinstance(got, Allowed) and isinstance(want, Allowed):
-            assert got.over_limit == want.over_limit, (got, want)
-
-
-POOL = ElasticPool("pool", Rule("pool", limit=8, period_s=3600.0))
-READ_ONLY_POOL = ElasticPool("pool", POOL.rule, read_only=True)
-TIMELINES: dict[str, list[tuple[str, Rule, int]]] = {
-    "burst_then_reject": [("k", HOURLY, 1)] * 12,
-    "burst_capacity": [("k", Rule("burst", limit=10, period_s=3600.0, burst=3), 1)] * 14,
-    "cost": [("k", HOURLY, 4), ("k", HOURLY, 7), ("k", HOURLY, 6), ("k", HOURLY, 1)],
-    "soft": [("k", Rule("soft", limit=10, period_s=3600.0, mode="soft", overshoot_pct=30), 1)] * 14,
-    "elastic": [("a", Rule("el", limit=3, period_s=3600.0, mode="elastic", elastic_pool=POOL), 1)] * 10
-    + [("b", Rule("el", limit=3, period_s=3600.0, mode="elastic", elastic_pool=POOL), 1)] * 4,
-    "elastic_read": [("pool", POOL.rule, 1)] * 5
-    + [("a", Rule("el", limit=2, period_s=3600.0, mode="elastic", elastic_pool=READ_ONLY_POOL), 1)] * 6
-    + [("pool", POOL.rule, 1)] * 4
-    + [("a", Rule("el", limit=2, period_s=3600.0, mode="elastic", elastic_pool=READ_ONLY_POOL), 1)] * 2,
-}
 
 
 @pytest.mark.parametrize("timeline", TIMELINES)
