@@ -37,7 +37,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, ResponseError
 
 from core.ratelimit import NOMINAL_SUFFIX, Allowed, GcraPlan, LimitDecision, Rule, gcra_plan
-from core.ratelimit_lua import CHUNK, GCRA_LUA, decisions, script_args
+from core.ratelimit_lua import CHUNK, GCRA_LUA, GCRA_SHA, decisions, script_args
 from core.ratelimit_redis import UNREACHABLE, FailOpen
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -73,7 +73,6 @@ class RedisClusterRateLimiter:
         self._prefix = prefix
         self._owns_client = owns_client
         self._fail_open = FailOpen(registry=registry, retry_interval_s=retry_interval_s)
-        self._sha: str | None = None
 
     @classmethod
     def from_url(
@@ -133,7 +132,9 @@ class RedisClusterRateLimiter:
             else:
                 segment.append((i, "whole", [primary, secondary], list(script_args(plan))))
         await self._run(segment, rules, out)
-        return [d for d in out if d is not None]
+        decided = [d for d in out if d is not None]
+        assert len(decided) == len(requests), "every request is decided or failed open"
+        return decided
 
     async def aclose(self) -> None:
         """Close the cluster client if this limiter created it."""
@@ -166,6 +167,14 @@ class RedisClusterRateLimiter:
         for op in ops:
             by_slot.setdefault(_slot(op[2][0]), []).append(op)
         slots = list(by_slot)
+        try:  # read the topology before the concurrent commands: redis-py's async cluster client,
+            # first used by several at once, closed a connection under another's write
+            await self._cluster.initialize()
+        except _NODE_FAILURES as exc:
+            failed = [i for i, *_ in ops]
+            for i in dict.fromkeys(failed):
+                out[i] = self._fail_open.admit([rules[i]], exc)[0]
+            return set(failed)
         replies = await asyncio.gather(*(self._eval_slot(by_slot[s]) for s in slots), return_exceptions=True)
         failed: dict[int, tuple[BaseException, str]] = {}
         halves: dict[int, dict[str, LimitDecision]] = {}
@@ -197,18 +206,16 @@ class RedisClusterRateLimiter:
         node = self._node_name(_slot(ops[0][2][0]))
         if node and self._fail_open.skipping(node):
             raise RedisClusterException(f"node {node} failed less than a retry interval ago")
-        if self._sha is None:
-            self._sha = await self._cluster.script_load(GCRA_LUA)
         out: list[LimitDecision] = []
         for start in range(0, len(ops), CHUNK):
             chunk = ops[start : start + CHUNK]
             keys = [k for op in chunk for k in op[2]]
             args = [a for op in chunk for a in op[3]]
             try:
-                reply = await self._cluster.evalsha(self._sha, len(keys), *keys, *args)
-            except NoScriptError:  # a restarted node lost its script cache: the chunk did not run
-                self._sha = await self._cluster.script_load(GCRA_LUA)
-                reply = await self._cluster.evalsha(self._sha, len(keys), *keys, *args)
+                reply = await self._cluster.evalsha(GCRA_SHA, len(keys), *keys, *args)
+            except NoScriptError:  # a new or restarted node: the chunk did not run. EVAL runs it on
+                # this slot's node and caches the script there (SCRIPT LOAD would go to every node)
+                reply = await self._cluster.eval(GCRA_LUA, len(keys), *keys, *args)
             out += decisions(reply)
         return out
 

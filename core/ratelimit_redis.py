@@ -197,6 +197,8 @@ class RedisRateLimiter:
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc)
+            if not isinstance(exc, Exception):  # cancelled: the task itself must end so
+                raise
             return
         for (*_, future), decision in zip(batch, results, strict=True):
             if not future.done():  # its caller was cancelled
@@ -232,33 +234,39 @@ class RedisRateLimiter:
 
     async def _round_trip(self, commands: list[bytes]) -> list[Any]:
         """Send packed commands in one write and read one reply each (a ResponseError as a value).
-        A connection found closed is replaced once, as redis-py's one-retry pool did."""
+        A pooled connection found closed reconnects once, as redis-py's one-retry pool did."""
         try:
             await asyncio.wait_for(self._slots.acquire(), self._pool_wait_s)
         except TimeoutError:
             raise RedisConnectionError("no connection available") from None
+        conn = self._idle.pop() if self._idle else self._redis.connection_pool.make_connection()
+        reused = conn.is_connected
         try:
-            for attempt in (1, 2):
-                conn = self._idle.pop() if self._idle else self._redis.connection_pool.make_connection()
-                stale = conn.is_connected
-                try:
-                    await conn.send_packed_command(b"".join(commands), check_health=False)
-                    replies: list[Any] = []
-                    for _ in commands:
-                        try:
-                            replies.append(await conn.read_response())
-                        except ResponseError as exc:
-                            replies.append(exc)
-                except RedisConnectionError:
-                    await conn.disconnect()
-                    if attempt == 2 or not stale:
-                        raise
-                    continue
-                except BaseException:
-                    await conn.disconnect()  # a reply may be half read: the connection is unusable
+            try:
+                replies = await _exchange(conn, commands)
+            except RedisConnectionError:
+                if not reused:
                     raise
-                self._idle.append(conn)
-                return replies
-            raise AssertionError("unreachable")
+                await conn.disconnect()
+                replies = await _exchange(conn, commands)  # on a new socket: the pooled one was stale
+        except BaseException:
+            await conn.disconnect()  # a reply may be half read: the connection is unusable
+            idle, self._idle = self._idle, []
+            for other in idle:  # after an outage every pooled connection is dead too
+                await other.disconnect()
+            raise
         finally:
             self._slots.release()
+        self._idle.append(conn)
+        return replies
+
+
+async def _exchange(conn: AbstractConnection, commands: list[bytes]) -> list[Any]:
+    await conn.send_packed_command(b"".join(commands), check_health=False)
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await conn.read_response())
+        except ResponseError as exc:  # this command failed, the connection is fine
+            replies.append(exc)
+    return replies
