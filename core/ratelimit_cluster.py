@@ -41,7 +41,7 @@ from core.ratelimit_lua import CHUNK, GCRA_LUA, GCRA_SHA, decisions, script_args
 from core.ratelimit_redis import UNREACHABLE, FailOpen
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-_NODE_FAILURES = (*UNREACHABLE, ClusterError, RedisClusterException)
+_NODE_FAILURES: tuple[type[BaseException], ...] = (*UNREACHABLE, ClusterError, RedisClusterException)
 
 # One script request: its keys and ARGV, and how its answer is used ("whole" is the decision;
 # "key"/"peek" are the two halves of an elastic request with a read-only pool on another slot).
@@ -171,10 +171,10 @@ class RedisClusterRateLimiter:
             # first used by several at once, closed a connection under another's write
             await self._cluster.initialize()
         except _NODE_FAILURES as exc:
-            failed = [i for i, *_ in ops]
-            for i in dict.fromkeys(failed):
+            everyone = {i for i, *_ in ops}
+            for i in everyone:
                 out[i] = self._fail_open.admit([rules[i]], exc)[0]
-            return set(failed)
+            return everyone
         replies = await asyncio.gather(*(self._eval_slot(by_slot[s]) for s in slots), return_exceptions=True)
         failed: dict[int, tuple[BaseException, str]] = {}
         halves: dict[int, dict[str, LimitDecision]] = {}
