@@ -196,10 +196,9 @@ class RedisClusterRateLimiter:
             else:  # elastic with a read-only pool elsewhere: borrow iff the key rejects and the pool admits
                 own = parts["key"]
                 out[i] = own if own or not parts["peek"] else Allowed(0, own.reset_after_ms, over_limit=True)
-        for i, (exc, node) in failed.items():
-            out[i] = self._fail_open.admit([rules[i]], None if self._fail_open.skipping(node) else exc, node)[
-                0
-            ]
+        for i, (error, node) in failed.items():
+            first = not self._fail_open.skipping(node)  # only a fresh failure restarts the skip window
+            out[i] = self._fail_open.admit([rules[i]], error if first else None, node)[0]
         return set(failed)
 
     async def _eval_slot(self, ops: list[_Op]) -> list[LimitDecision]:
