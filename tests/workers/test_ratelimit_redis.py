@@ -127,6 +127,54 @@ async def test_acquire_many_equals_sequential_in_one_round_trip(
     await batching.aclose()
 
 
+async def test_concurrent_acquires_share_one_round_trip_in_call_order(
+    limiter: RedisRateLimiter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = [("k", HOURLY, 1 + i % 3) for i in range(8)] + [("j", HOURLY, 1)] * 12
+    memory = MemoryRateLimiter(clock=lambda: 1000.0)
+    expected = [await memory.acquire(key, rule, cost) for key, rule, cost in requests]
+    await limiter.acquire("warmup", HOURLY)  # loads the script
+    round_trips = 0
+    real = limiter._round_trip
+
+    async def counting(commands: list[bytes]) -> list[object]:
+        nonlocal round_trips
+        round_trips += 1
+        return await real(commands)
+
+    monkeypatch.setattr(limiter, "_round_trip", counting)
+
+    decisions = await asyncio.gather(*(limiter.acquire(key, rule, cost) for key, rule, cost in requests))
+
+    assert round_trips == 1
+    assert_close(list(decisions), expected)
+
+
+async def test_a_request_that_never_fits_fails_only_its_own_caller(limiter: RedisRateLimiter) -> None:
+    calls = [
+        limiter.acquire("k", HOURLY),
+        limiter.acquire("k", HOURLY, cost=11),
+        limiter.acquire("k", HOURLY),
+    ]
+
+    first, impossible, third = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(impossible, ValueError)
+    assert_close([first, third], [Allowed(9, 360_000), Allowed(8, 720_000)])  # type: ignore[list-item]
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_decisions(limiter: RedisRateLimiter) -> None:
+    tasks = [asyncio.create_task(limiter.acquire("k", HOURLY)) for _ in range(3)]
+    await asyncio.sleep(0)  # all three have joined the pending batch
+    tasks[1].cancel()
+
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert isinstance(results[1], asyncio.CancelledError)
+    assert isinstance(results[0], Allowed) and isinstance(results[2], Allowed)
+    assert_close([await limiter.acquire("k", HOURLY)], [Allowed(6, 1_440_000)])  # the batch ran all three
+
+
 async def test_idle_keys_expire_when_their_bucket_is_full(
     limiter: RedisRateLimiter, redis: Redis, prefix: str
 ) -> None:
@@ -161,9 +209,10 @@ async def test_unreachable_redis_fails_open_counts_and_warns_once(caplog: pytest
 
     single = [await limiter.acquire("k", HOURLY) for _ in range(20)]
     batch = await limiter.acquire_many([("k", HOURLY, 1), ("k", Rule("other", 1, 1.0), 1)])
+    concurrent = await asyncio.gather(*(limiter.acquire("k", HOURLY) for _ in range(5)))
 
-    assert all(isinstance(d, Allowed) for d in single + batch)
-    assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "hourly"}) == 21
+    assert all(isinstance(d, Allowed) for d in single + batch + list(concurrent))
+    assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "hourly"}) == 26
     assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "other"}) == 1
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
     await limiter.aclose()
