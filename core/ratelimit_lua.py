@@ -157,7 +157,7 @@ class PackedRequests:
 
     Measured with cProfile on ``bench.ratelimit`` (acquire_many x100): redis-py's ``pack_command``
     re-joins its growing buffer for each of the 803 arguments (quadratic) and was 57% of the
-    client's time, 3x the limiter's own work. Here a request's six arguments are packed once per
+    client's time. Here a request's six arguments are packed once per
     (rule, cost) and its two keys once per request, and a batch is one ``bytes.join``.
     """
 
