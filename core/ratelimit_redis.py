@@ -118,6 +118,7 @@ class RedisRateLimiter:
         # of bench.ratelimit's single calls (50 tasks), BlockingConnectionPool's get_connection and
         # release (condition, timeout, health check, metrics) were 29% of the client's time.
         self._idle: list[AbstractConnection] = []
+        self._connections: set[AbstractConnection] = set()  # idle or in use
         self._slots = asyncio.Semaphore(max_connections)
         self._pool_wait_s = pool_wait_s
         self._pending: list[tuple[bytes, bytes, Rule, asyncio.Future[LimitDecision]]] = []
@@ -176,9 +177,10 @@ class RedisRateLimiter:
 
     async def aclose(self) -> None:
         """Close this limiter's connections, and the client if this limiter created it."""
-        idle, self._idle = self._idle, []
-        for conn in idle:
+        self._idle = []
+        for conn in self._connections:
             await conn.disconnect()
+        self._connections.clear()
         if self._owns_client:
             await self._redis.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
 
@@ -239,7 +241,11 @@ class RedisRateLimiter:
             await asyncio.wait_for(self._slots.acquire(), self._pool_wait_s)
         except TimeoutError:
             raise RedisConnectionError("no connection available") from None
-        conn = self._idle.pop() if self._idle else self._redis.connection_pool.make_connection()
+        if self._idle:
+            conn = self._idle.pop()
+        else:
+            conn = self._redis.connection_pool.make_connection()
+            self._connections.add(conn)
         reused = conn.is_connected
         try:
             try:
@@ -250,10 +256,12 @@ class RedisRateLimiter:
                 await conn.disconnect()
                 replies = await _exchange(conn, commands)  # on a new socket: the pooled one was stale
         except BaseException:
-            await conn.disconnect()  # a reply may be half read: the connection is unusable
-            idle, self._idle = self._idle, []
-            for other in idle:  # after an outage every pooled connection is dead too
-                await other.disconnect()
+            # a reply may be half read: the connection is unusable; after an outage every idle one
+            # is dead too
+            dropped, self._idle = [conn, *self._idle], []
+            self._connections.difference_update(dropped)
+            for dead in dropped:
+                await dead.disconnect()
             raise
         finally:
             self._slots.release()
