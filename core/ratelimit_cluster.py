@@ -1,7 +1,7 @@
 """The Redis Cluster `RateLimiter`: the GCRA script of `core.ratelimit_lua`, one EVALSHA per slot.
 
 Redis Cluster runs a script only on keys of one hash slot. Every key is stored as
-``prefix{tag}name``, ``tag`` a digest of the name without its ``|nominal`` suffix, so a key and
+``prefix{tag}name``, ``tag`` a digest of the name without its ``|nominal`` suffixes, so a key and
 its soft shadow share a slot and every process maps a name to the same slot. A batch is grouped
 by slot: one EVALSHA per slot (up to `CHUNK` requests each), all slots at once, each slot's
 requests in batch order. Requests on different slots share no key, so the decisions are those of
@@ -103,7 +103,9 @@ class RedisClusterRateLimiter:
 
     def storage_key(self, name: str) -> str:
         """The Redis key of a limiter key (or of its ``|nominal`` shadow)."""
-        base = name.removesuffix(NOMINAL_SUFFIX)
+        base = name
+        while base.endswith(NOMINAL_SUFFIX):  # a key named "x|nominal" has its shadow on x's slot too
+            base = base.removesuffix(NOMINAL_SUFFIX)
         tag = hashlib.blake2b(base.encode(), digest_size=6).hexdigest()
         return f"{self._prefix}{{{tag}}}{name}"
 

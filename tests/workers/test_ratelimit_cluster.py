@@ -74,6 +74,8 @@ async def test_a_batch_over_every_node_decides_as_sequential_calls(
 
 async def test_a_soft_key_and_its_shadow_share_a_slot(limiter: RedisClusterRateLimiter) -> None:
     assert _slot(limiter, "k") == _slot(limiter, "k|nominal")
+    soft = Rule("soft", limit=1, period_s=3600.0, mode="soft", overshoot_pct=100)
+    assert [bool(await limiter.acquire("x|nominal", soft)) for _ in range(3)] == [True, True, False]
 
 
 async def test_a_restarted_node_fails_open_counted_while_others_enforce_then_recovers(
