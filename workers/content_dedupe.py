@@ -106,6 +106,8 @@ class ContentDedupeGate:
         assert self.redis is not None
         name, me = self.key_prefix + key, str(nid)
         try:
+            if isinstance(self.redis, RedisCluster):  # topology first: redis-py's async cluster
+                await self.redis.initialize()  # client, first used by several at once, broke a write
             if await self.redis.set(name, me, nx=True, ex=window_s):
                 return None
             owner = await self.redis.get(name)

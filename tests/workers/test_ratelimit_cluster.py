@@ -3,6 +3,7 @@ and failing open (counted) while a node restarts."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -125,4 +126,18 @@ async def test_a_cluster_url_builds_the_cluster_limiter(cluster: RedisClusterNod
 
     assert isinstance(limiter, RedisClusterRateLimiter)
     assert_close([await limiter.acquire("k", HOURLY)], [Allowed(remaining=9, reset_after_ms=360_000)])
+    await limiter.aclose()
+
+
+async def test_a_fresh_limiter_used_by_many_tasks_at_once_decides_them_all(
+    cluster: RedisClusterNodes,
+) -> None:
+    registry = CollectorRegistry()
+    limiter = RedisClusterRateLimiter.from_url(cluster.url, prefix=f"t:{uuid.uuid4()}:", registry=registry)
+
+    decisions = await asyncio.gather(*(limiter.acquire(f"k{i % 7}", HOURLY) for i in range(70)))
+
+    assert sum(map(bool, decisions)) == 70  # 7 keys x 10
+    assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "hourly"}) is None
+    assert not await limiter.acquire("k0", HOURLY)
     await limiter.aclose()
