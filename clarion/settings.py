@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         default=None,
-        description="Redis URL for the shared rate limiter; unset uses an in-process limiter (single process only).",
+        description="Redis URL for the shared rate limiter and content dedupe; unset uses an in-process limiter "
+        "(single process only). `redis+cluster://host:port` (or `rediss+cluster://`, naming any node) runs both "
+        "on Redis Cluster; the key prefix must then contain no braces.",
     )
     redis_key_prefix: str = Field(
         default="clarion:",
