@@ -5,6 +5,7 @@ loaded from outside the API."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -106,5 +107,41 @@ async def test_recent_failures_show_their_error_codes(
             failure = page.locator(f'#failures tr[data-id="{nid}"]')
             await expect(failure).to_contain_text("invalid_recipient")
             await expect(failure).to_contain_text("failed")
+        finally:
+            await browser.close()
+
+
+async def test_the_dashboard_charts_engagement_rates_per_template_without_outside_assets(
+    stack: Stack, api: ApiServer, engine: object, tmp_path: Path
+) -> None:
+    admin = await make_tenant(engine)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(
+        base_url=api.url, headers={"Authorization": f"Bearer {admin.key}"}
+    ) as client:
+        ids = [(await client.post("/v1/notifications", json=email_send())).json()["id"] for _ in range(2)]
+        for nid in ids:
+            await wait_status(client, nid, "sent")
+        await client.post(f"/v1/notifications/{ids[0]}/events", json={"type": "opened"})
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 1400})
+            errors: list[str] = []
+            hosts: set[str] = set()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("request", lambda request: hosts.add(urlsplit(request.url).netloc))
+            await page.goto(f"{api.url}/ops?analytics_ms=1000")
+            await page.fill("#api-key", admin.key)
+            await page.click("#sign-in")
+            chart = page.locator("#analytics-email-order_shipped canvas")
+            await expect(chart).to_have_attribute("data-rates", re.compile('"sent":2'), timeout=15_000)
+            rates = json.loads(await chart.get_attribute("data-rates") or "{}")
+            assert rates["open_rate"] == 0.5 and rates["click_rate"] == 0.0
+            await expect(page.locator("#analytics-email-order_shipped")).to_contain_text("opened 50.0%")
+            shot = tmp_path / "engagement.png"
+            await page.locator("#analytics").screenshot(path=str(shot))
+            assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 2_000
+            assert errors == []
+            assert hosts == {urlsplit(api.url).netloc}  # no CDN, no third-party request
         finally:
             await browser.close()
