@@ -69,6 +69,12 @@ class ApnsSettings(_AccountSettings):
         default=None,
         description="Extra CA bundle to trust for base_url (only for a local fake's certificate).",
     )
+    connections: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="HTTP/2 connections to APNs per worker process; each carries up to APNs' stream limit.",
+    )
     token_refresh_s: float = Field(
         default=2700.0,
         ge=1200.0,
