@@ -40,8 +40,6 @@ _CONFIG = h2.config.H2Configuration(
     validate_outbound_headers=False,
     normalize_outbound_headers=False,
 )
-# Streams above this many are refused by the server; APNs advertises 1000 and may lower it later.
-_DEFAULT_MAX_STREAMS = 100
 
 
 class H2Error(Exception):
@@ -54,6 +52,11 @@ class H2Timeout(H2Error):
 
 class H2ConnectError(H2Error):
     """Could not connect, or lost the connection or the stream before the answer."""
+
+
+class _Unprocessed(H2ConnectError):
+    """The server says it did not process the stream (GOAWAY below it, REFUSED_STREAM): RFC 9113
+    section 8.7 makes it safe to send again, so ``post`` does, once, on another connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,8 @@ class _Connection(asyncio.Protocol):
         self._streams: dict[int, _Stream] = {}
         self._flush_pending = False
         self._capacity = asyncio.Event()
+        # Set once the server's first SETTINGS arrived: until then its stream limit is unknown.
+        self.settled = asyncio.Event()
         self.usable = True  # false after GOAWAY, loss, or stream ids running out
 
     # protocol callbacks --------------------------------------------------------------------------
@@ -99,6 +104,7 @@ class _Connection(asyncio.Protocol):
         self._transport = None
         self._fail_streams(lambda _: True, "connection lost" + (f": {exc!r}" if exc else ""))
         self._capacity.set()  # waiters wake, see the connection is unusable, and go elsewhere
+        self.settled.set()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -129,27 +135,33 @@ class _Connection(asyncio.Protocol):
             self._capacity.set()
         elif isinstance(event, h2.events.StreamReset):
             code = event.error_code
-            self._fail_streams(lambda sid: sid == event.stream_id, f"stream reset by server: {code!r}")
+            refused = _Unprocessed if code == h2.errors.ErrorCodes.REFUSED_STREAM else H2ConnectError
+            self._fail_streams(
+                lambda sid: sid == event.stream_id, f"stream reset by server: {code!r}", refused
+            )
             self._capacity.set()
         elif isinstance(event, h2.events.WindowUpdated):
             for stream_id, stream in list(self._streams.items()):
                 if stream.body:
                     self._send_body(stream_id, stream)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.settled.set()
             self._capacity.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
             # GOAWAY: streams above last_stream_id were not processed; the rest still get answers.
             self.usable = False
             last = event.last_stream_id or 0
-            self._fail_streams(lambda sid: sid > last, f"server sent GOAWAY ({event.error_code!r})")
+            self._fail_streams(
+                lambda sid: sid > last, f"server sent GOAWAY ({event.error_code!r})", _Unprocessed
+            )
             self._capacity.set()
             if not self._streams:
                 self.close("GOAWAY")
 
     # requests ------------------------------------------------------------------------------------
     def has_capacity(self) -> bool:
-        limit = self._h2.remote_settings.max_concurrent_streams or _DEFAULT_MAX_STREAMS
-        return self._h2.open_outbound_streams < limit
+        # APNs advertises 1000 streams per connection, and may lower that later.
+        return self._h2.open_outbound_streams < self._h2.remote_settings.max_concurrent_streams
 
     async def wait_capacity(self) -> None:
         self._capacity.clear()
@@ -199,11 +211,13 @@ class _Connection(asyncio.Protocol):
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
-    def _fail_streams(self, which: Callable[[int], bool], reason: str) -> None:
+    def _fail_streams(
+        self, which: Callable[[int], bool], reason: str, error: type[H2ConnectError] = H2ConnectError
+    ) -> None:
         for stream_id in [sid for sid in self._streams if which(sid)]:
             stream = self._streams.pop(stream_id)
             if not stream.answer.done():
-                stream.answer.set_exception(H2ConnectError(reason))
+                stream.answer.set_exception(error(reason))
 
     def close(self, reason: str = "closed") -> None:
         self.usable = False
@@ -250,21 +264,28 @@ class H2Client:
         request = [*self._prefix, (b":path", path.encode()), *headers]
         try:
             async with asyncio.timeout(self._timeout_s):
-                connection = await self._connection()
-                while not connection.has_capacity():
-                    await connection.wait_capacity()
-                    if not connection.usable:
-                        connection = await self._connection()
-                stream_id, stream = connection.submit(request, body)
                 try:
-                    return await asyncio.shield(stream.answer)
-                except asyncio.CancelledError:
-                    connection.cancel(stream_id)
-                    raise
+                    return await self._exchange(request, body)
+                except _Unprocessed:
+                    return await self._exchange(request, body)
         except TimeoutError as exc:
             raise H2Timeout(f"no answer within {self._timeout_s} s") from exc
         except h2.exceptions.H2Error as exc:
             raise H2ConnectError(f"HTTP/2 error: {exc!r}") from exc
+
+    async def _exchange(self, request: list[tuple[bytes, bytes]], body: bytes) -> H2Response:
+        connection = await self._connection()
+        while not (connection.usable and connection.has_capacity()):
+            if connection.usable:
+                await connection.wait_capacity()
+            else:
+                connection = await self._connection()
+        stream_id, stream = connection.submit(request, body)
+        try:
+            return await asyncio.shield(stream.answer)
+        except asyncio.CancelledError:
+            connection.cancel(stream_id)
+            raise
 
     async def _connection(self) -> _Connection:
         slot = self._next
@@ -276,24 +297,37 @@ class H2Client:
             opening = None
         if opening is None:
             opening = asyncio.ensure_future(self._open())
+            # Retrieved even when every request that waited for it has timed out meanwhile.
+            opening.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._slots[slot] = opening
         return await asyncio.shield(opening)
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            transport, connection = await loop.create_connection(
-                lambda: _Connection(loop),
-                self._host,
-                self._port,
-                ssl=self._ssl,
-                server_hostname=self._host if self._ssl else None,
-            )
+            async with asyncio.timeout(self._timeout_s):
+                transport, connection = await loop.create_connection(
+                    lambda: _Connection(loop),
+                    self._host,
+                    self._port,
+                    ssl=self._ssl,
+                    server_hostname=self._host if self._ssl else None,
+                )
+                if (
+                    self._ssl is not None
+                    and transport.get_extra_info("ssl_object").selected_alpn_protocol() != "h2"
+                ):
+                    transport.close()
+                    raise H2ConnectError(f"{self._host}:{self._port} does not speak HTTP/2 (ALPN)")
+                await connection.settled.wait()
+        except TimeoutError as exc:
+            raise H2ConnectError(
+                f"could not connect to {self._host}:{self._port} within {self._timeout_s} s"
+            ) from exc
         except (OSError, ssl.SSLError) as exc:
             raise H2ConnectError(f"could not connect to {self._host}:{self._port}: {exc!r}") from exc
-        if self._ssl is not None and transport.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
-            transport.close()
-            raise H2ConnectError(f"{self._host}:{self._port} does not speak HTTP/2 (ALPN)")
+        if not connection.usable:
+            raise H2ConnectError(f"{self._host}:{self._port} closed the connection before its SETTINGS")
         return connection
 
     async def aclose(self) -> None:

@@ -112,6 +112,11 @@ class FakeApns(FakeServer):
         for transport in list(self._server.transports):
             transport.close()
 
+    def send_goaway(self) -> None:
+        """Send GOAWAY on every connection, as APNs does when it retires one."""
+        for connection in list(self._server.connections):
+            connection.goaway()
+
     @property
     def jwts(self) -> list[str]:
         """Distinct provider tokens received, in order of first use."""

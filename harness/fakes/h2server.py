@@ -28,6 +28,7 @@ class _Connection(asyncio.Protocol):
         self._handler = handler
         self._tasks = owner.tasks
         self._transports = owner.transports
+        self._connections = owner.connections
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
         self._streams: dict[int, tuple[list[tuple[str, str]], bytearray]] = {}
         self._transport: asyncio.Transport | None = None
@@ -37,12 +38,14 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transports.add(transport)
+        self._connections.add(self)
         peer = transport.get_extra_info("peername") or ("", 0)
         self._peer = f"{peer[0]}:{peer[1]}"
         self._h2.initiate_connection()
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
         if self._transport is not None:
             self._transports.discard(self._transport)
 
@@ -90,6 +93,11 @@ class _Connection(asyncio.Protocol):
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def goaway(self) -> None:
+        """Send GOAWAY (NO_ERROR) naming the last stream received: answer those, take no new ones."""
+        self._h2.close_connection(last_stream_id=self._h2.highest_inbound_stream_id)
+        self._flush()
+
     def _flush(self) -> None:
         self._flush_pending = False
         outbound = self._h2.data_to_send()
@@ -107,6 +115,7 @@ class H2Server:
     def __init__(self) -> None:
         self.tasks: set[asyncio.Task[None]] = set()
         self.transports: set[asyncio.Transport] = set()
+        self.connections: set[_Connection] = set()
         self.server: asyncio.Server | None = None
 
     async def close(self) -> None:

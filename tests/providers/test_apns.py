@@ -341,6 +341,21 @@ async def test_a_lost_connection_is_replaced_on_a_later_send(fake: FakeApns, pro
     assert fake.connections_opened == 2
 
 
+async def test_after_goaway_pushes_go_to_a_new_connection(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1))
+    try:
+        await provider.send(push())
+        fake.send_goaway()
+
+        async def delivered_elsewhere() -> bool:
+            await provider.send(push())  # the GOAWAY'd connection takes no new stream: never an error
+            return fake.connections_opened == 2
+
+        await wait_until(delivered_elsewhere, timeout_s=5)
+    finally:
+        await provider.aclose()
+
+
 async def test_a_timed_out_stream_does_not_spoil_the_connection(fake: FakeApns) -> None:
     provider = ApnsProvider(settings_for(fake, connections=1))
     fake.force_timeout(delay_s=2)
