@@ -108,7 +108,7 @@ def run(*, host: str, port: int, workers: int) -> int:
         if exited is None:
             continue
         exited.returncode = code = os.waitstatus_to_exitcode(wait_status)
-        if code not in (0, -signal.SIGTERM):
+        if code != 0:  # a drained child exits 0 (its SIGTERM handler is installed before it serves)
             status = 1
         if not stop_by:
             log.error("api worker %d exited (%d): stopping the others", pid, code)
