@@ -134,7 +134,7 @@ class ApnsProvider:
 
     def _headers(self, message: RenderedMessage) -> list[tuple[bytes, bytes]]:
         """Every header but ``authorization``, as the bytes h2 sends (it validates none of them:
-        ``h2client._CONFIG``), so each value here must already be a valid header value."""
+        ``h2connection._CONFIG``), so each value here must already be a valid header value."""
         high = message.priority in (Priority.high, Priority.critical)
         headers = [
             (b"apns-topic", self._topic),

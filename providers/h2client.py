@@ -4,11 +4,9 @@ APNs is HTTP/2 only, and ``httpx``'s HTTP/2 (httpcore over anyio streams) cost 1
 CPU per push: py-spy put two thirds of the client's samples under httpx/httpcore, a socket write
 (and a TLS record) per request, and h2's header validation. This client keeps h2 for the protocol
 and drops the rest: requests submitted in the same loop iteration leave in one write, and headers
-are passed as bytes with h2's per-request validation off (we build them; see ``_CONFIG``).
+are passed as bytes with h2's per-request validation off (we build them; see ``h2connection._CONFIG``).
 
-    H2Error
-     ├── H2Timeout        no complete answer within ``timeout_s`` (connect included)
-     └── H2ConnectError   could not connect, or the connection or stream was lost before the answer
+Errors: ``providers.h2connection.H2Error`` and its tree (drawn there).
 
 Not a general client: no redirects, cookies, server push or trailers; bodies are bytes.
 """
@@ -17,218 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 from urllib.parse import urlsplit
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
 import h2.exceptions
-import h2.settings
 
-# We build every header ourselves (lower-case names, no connection-specific ones; ``providers.apns``
-# checks the tenant-supplied values), so h2's per-request validation and normalisation are pure
-# cost: on, bench.providers measured 0.20-0.22 ms of client CPU per push; off, 0.16-0.17 ms.
-# Inbound validation stays on: the server's headers are input.
-_CONFIG = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
+from providers.h2connection import (
+    H2ConnectError,
+    H2Error,
+    H2Response,
+    H2Timeout,
+    Http2Connection,
+    Unprocessed,
 )
 
-
-class H2Error(Exception):
-    """The request got no HTTP answer."""
-
-
-class H2Timeout(H2Error):
-    """No complete answer within the timeout."""
-
-
-class H2ConnectError(H2Error):
-    """Could not connect, or lost the connection or the stream before the answer."""
-
-
-class _Unprocessed(H2ConnectError):
-    """The server says it did not process the stream (GOAWAY below it, REFUSED_STREAM): RFC 9113
-    section 8.7 makes it safe to send again, so ``post`` does, once, on another connection."""
-
-
-@dataclass(frozen=True, slots=True)
-class H2Response:
-    status: int
-    headers: dict[bytes, bytes]
-    body: bytes
-
-
-@dataclass(slots=True)
-class _Stream:
-    answer: asyncio.Future[H2Response]
-    body: memoryview  # request body not yet sent (flow control)
-    status: int = 0
-    headers: dict[bytes, bytes] = field(default_factory=dict)
-    received: bytearray = field(default_factory=bytearray)
-
-
-class _Connection(asyncio.Protocol):
-    """One HTTP/2 connection. ``submit`` queues a request; the bytes leave on the next loop turn."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._h2 = h2.connection.H2Connection(config=_CONFIG)
-        self._transport: asyncio.Transport | None = None
-        self._streams: dict[int, _Stream] = {}
-        self._flush_pending = False
-        self._capacity = asyncio.Event()
-        # Set once the server's first SETTINGS arrived: until then its stream limit is unknown.
-        self.settled = asyncio.Event()
-        self.usable = True  # false after GOAWAY, loss, or stream ids running out
-
-    # protocol callbacks --------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._h2.local_settings = h2.settings.Settings(
-            client=True, initial_values={h2.settings.SettingCodes.ENABLE_PUSH: 0}
-        )
-        self._h2.initiate_connection()
-        self._capacity.set()
-        self._flush()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.usable = False
-        self._transport = None
-        self._fail_streams(lambda _: True, "connection lost" + (f": {exc!r}" if exc else ""))
-        self._capacity.set()  # waiters wake, see the connection is unusable, and go elsewhere
-        self.settled.set()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            events = self._h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            self._flush()
-            self.close(f"protocol error: {exc!r}")
-            return
-        for event in events:
-            self._on_event(event)
-        self._flush()  # acknowledgements, window updates, settings ACK
-
-    def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.ResponseReceived):
-            stream = self._streams.get(event.stream_id)
-            if stream is not None:
-                stream.headers = dict(event.headers or [])  # type: ignore[arg-type]
-                stream.status = int(stream.headers.get(b":status", b"0"))
-        elif isinstance(event, h2.events.DataReceived):
-            self._h2.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id or 0)
-            stream = self._streams.get(event.stream_id or 0)
-            if stream is not None:
-                stream.received += event.data or b""
-        elif isinstance(event, h2.events.StreamEnded):
-            stream = self._streams.pop(event.stream_id or 0, None)
-            if stream is not None and not stream.answer.done():
-                stream.answer.set_result(H2Response(stream.status, stream.headers, bytes(stream.received)))
-            self._capacity.set()
-        elif isinstance(event, h2.events.StreamReset):
-            code = event.error_code
-            refused = _Unprocessed if code == h2.errors.ErrorCodes.REFUSED_STREAM else H2ConnectError
-            self._fail_streams(
-                lambda sid: sid == event.stream_id, f"stream reset by server: {code!r}", refused
-            )
-            self._capacity.set()
-        elif isinstance(event, h2.events.WindowUpdated):
-            for stream_id, stream in list(self._streams.items()):
-                if stream.body:
-                    self._send_body(stream_id, stream)
-        elif isinstance(event, h2.events.RemoteSettingsChanged):
-            self.settled.set()
-            self._capacity.set()
-        elif isinstance(event, h2.events.ConnectionTerminated):
-            # GOAWAY: streams above last_stream_id were not processed; the rest still get answers.
-            self.usable = False
-            last = event.last_stream_id or 0
-            self._fail_streams(
-                lambda sid: sid > last, f"server sent GOAWAY ({event.error_code!r})", _Unprocessed
-            )
-            self._capacity.set()
-            if not self._streams:
-                self.close("GOAWAY")
-
-    # requests ------------------------------------------------------------------------------------
-    def has_capacity(self) -> bool:
-        # APNs advertises 1000 streams per connection, and may lower that later.
-        return self._h2.open_outbound_streams < self._h2.remote_settings.max_concurrent_streams
-
-    async def wait_capacity(self) -> None:
-        self._capacity.clear()
-        await self._capacity.wait()
-
-    def submit(self, headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, _Stream]:
-        try:
-            stream_id = self._h2.get_next_available_stream_id()
-        except h2.exceptions.NoAvailableStreamIDError:
-            self.usable = False
-            raise
-        self._h2.send_headers(stream_id, headers, end_stream=not body)
-        stream = _Stream(self._loop.create_future(), memoryview(body))
-        self._streams[stream_id] = stream
-        if body:
-            self._send_body(stream_id, stream)
-        if not self._flush_pending:
-            # One write (one TLS record, one syscall) per loop turn for every request submitted in
-            # it: a write per request measured 0.19-0.22 ms of client CPU per push, this 0.16-0.17.
-            self._flush_pending = True
-            self._loop.call_soon(self._flush)
-        return stream_id, stream
-
-    def _send_body(self, stream_id: int, stream: _Stream) -> None:
-        while stream.body:
-            size = min(self._h2.local_flow_control_window(stream_id), self._h2.max_outbound_frame_size)
-            if size <= 0:
-                return  # resumed on WindowUpdated
-            chunk, stream.body = stream.body[:size], stream.body[size:]
-            self._h2.send_data(stream_id, chunk.tobytes(), end_stream=not stream.body)
-
-    def cancel(self, stream_id: int) -> None:
-        """Give up on a stream (timeout): reset it so the server can forget it too."""
-        if self._streams.pop(stream_id, None) is None:
-            return
-        try:
-            self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
-        except h2.exceptions.H2Error:
-            return
-        self._flush()
-        self._capacity.set()
-
-    # plumbing ------------------------------------------------------------------------------------
-    def _flush(self) -> None:
-        self._flush_pending = False
-        data = self._h2.data_to_send()
-        if data and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
-
-    def _fail_streams(
-        self, which: Callable[[int], bool], reason: str, error: type[H2ConnectError] = H2ConnectError
-    ) -> None:
-        for stream_id in [sid for sid in self._streams if which(sid)]:
-            stream = self._streams.pop(stream_id)
-            if not stream.answer.done():
-                stream.answer.set_exception(error(reason))
-
-    def close(self, reason: str = "closed") -> None:
-        self.usable = False
-        if self._transport is not None:
-            try:
-                self._h2.close_connection()
-                self._flush()
-            except h2.exceptions.H2Error:
-                pass
-            self._transport.close()
-        self._fail_streams(lambda _: True, reason)
+__all__ = ["H2Client", "H2ConnectError", "H2Error", "H2Response", "H2Timeout"]
 
 
 class H2Client:
@@ -256,7 +57,7 @@ class H2Client:
             (b":authority", parts.netloc.encode()),
         ]
         self._timeout_s = timeout_s
-        self._slots: list[asyncio.Future[_Connection] | None] = [None] * connections
+        self._slots: list[asyncio.Future[Http2Connection] | None] = [None] * connections
         self._next = 0
 
     async def post(self, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> H2Response:
@@ -266,7 +67,7 @@ class H2Client:
             async with asyncio.timeout(self._timeout_s):
                 try:
                     return await self._exchange(request, body)
-                except _Unprocessed:
+                except Unprocessed:
                     return await self._exchange(request, body)
         except TimeoutError as exc:
             raise H2Timeout(f"no answer within {self._timeout_s} s") from exc
@@ -287,7 +88,7 @@ class H2Client:
             connection.cancel(stream_id)
             raise
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> Http2Connection:
         slot = self._next
         self._next = (slot + 1) % len(self._slots)
         opening = self._slots[slot]
@@ -302,12 +103,12 @@ class H2Client:
             self._slots[slot] = opening
         return await asyncio.shield(opening)
 
-    async def _open(self) -> _Connection:
+    async def _open(self) -> Http2Connection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._timeout_s):
                 transport, connection = await loop.create_connection(
-                    lambda: _Connection(loop),
+                    lambda: Http2Connection(loop),
                     self._host,
                     self._port,
                     ssl=self._ssl,
