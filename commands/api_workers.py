@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
 
@@ -74,6 +76,16 @@ def run(*, host: str, port: int, workers: int) -> int:
         "--port",
         str(port),
     ]
+    # The children's metrics, shared so that any of them answers /metrics for all (clarion.metrics).
+    metrics_dir = tempfile.mkdtemp(prefix="clarion-api-metrics-")
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    try:
+        return _supervise(command, workers, env)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _supervise(command: list[str], workers: int, env: dict[str, str]) -> int:
     children: dict[int, subprocess.Popen[bytes]] = {}
     stop_by = 0.0  # monotonic deadline once stopping; 0 while serving
 
@@ -87,7 +99,7 @@ def run(*, host: str, port: int, workers: int) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     for _ in range(workers):
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, env=env)
         children[child.pid] = child
     log.info("api workers started: %s", sorted(children))
     status = 0

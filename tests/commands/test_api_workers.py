@@ -16,6 +16,7 @@ from clarion.broker import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, wait_until
 from harness.tenants import TenantInfo, make_tenant
+from tests.conftest import METRICS_TOKEN
 
 
 def children_of(pid: int) -> set[int]:
@@ -53,7 +54,7 @@ async def two_workers(
     settings: Settings, engine: AsyncEngine
 ) -> AsyncIterator[tuple[ClarionProcess, str, set[int], TenantInfo]]:
     own = settings.model_copy(update={"api_port": free_port()})
-    proc = ClarionProcess(own, "api", "--workers", "2")
+    proc = ClarionProcess(own, "api", "--workers", "2", extra_env={"CLARION_METRICS_TOKEN": METRICS_TOKEN})
     proc.start()
     url = f"http://127.0.0.1:{own.api_port}"
     try:
@@ -92,6 +93,21 @@ async def test_both_workers_accept_notifications_and_sigterm_stops_every_process
 
     await wait_until(both_served, 30, 0)
     assert len(set(accepted)) == len(accepted)
+
+    # Whichever process answers the scrape, it counts what both accepted.
+    series = f'clarion_notifications_accepted_total{{channel="email",tenant="{tenant.id}"}}'
+    scraped: dict[int, float] = {}
+
+    async def scraped_both() -> bool:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) as c:
+            response = await c.get(f"{url}/metrics")
+        assert response.status_code == 200, response.text
+        [line] = [line for line in response.text.splitlines() if line.startswith(series)]
+        scraped[int(response.headers["clarion-api-pid"])] = float(line.rsplit(" ", 1)[1])
+        return scraped.keys() == workers
+
+    await wait_until(scraped_both, 30, 0)
+    assert set(scraped.values()) == {len(accepted)}
 
     assert await asyncio.to_thread(proc.stop, 30) == 0
     assert not any(alive(pid) for pid in workers)
