@@ -325,9 +325,8 @@ async def test_bodies_beyond_the_connection_flow_control_window_all_arrive(fake:
     assert all(request.body["blob"] == blob for request in fake.requests)
 
 
-async def test_a_lost_connection_is_replaced_on_a_later_send(fake: FakeApns, provider: ApnsProvider) -> None:
-    await provider.send(push())
-    fake.drop_connections()
+async def test_a_lost_connection_is_replaced_on_a_later_send(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1))
 
     async def delivered() -> bool:
         try:
@@ -337,7 +336,13 @@ async def test_a_lost_connection_is_replaced_on_a_later_send(fake: FakeApns, pro
             return False
         return True
 
-    await wait_until(delivered, timeout_s=5)
+    try:
+        await provider.send(push())
+        fake.drop_connections()
+        await wait_until(delivered, timeout_s=5)
+    finally:
+        await provider.aclose()
+
     assert fake.connections_opened == 2
 
 
