@@ -28,7 +28,6 @@ from providers.errors import (
     parse_retry_after,
 )
 from providers.h2client import H2Client, H2Error, H2Response, H2Timeout
-from providers.headers import check_header_value
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
 
@@ -144,8 +143,13 @@ class ApnsProvider:
             (b"content-type", b"application/json"),
         ]
         if message.collapse_id:
-            collapse_id = check_header_value(message.collapse_id, provider=self.name, field="collapse id")
-            headers.append((b"apns-collapse-id", collapse_id.encode()))
+            if any(ord(c) < 0x20 or ord(c) == 0x7F for c in message.collapse_id):
+                raise PermanentProviderError(
+                    "the collapse id holds a line break or control character: it could add headers",
+                    provider=self.name,
+                    code="header_injection",
+                )
+            headers.append((b"apns-collapse-id", message.collapse_id.encode()))
         if message.expires_at is not None:
             headers.append((b"apns-expiration", str(max(0, int(message.expires_at.timestamp()))).encode()))
         return headers
