@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         gt=0,
         description="How long an unsubscribe or preference-page token stays valid, in seconds.",
     )
+    engagement_token_ttl_s: float = Field(
+        default=30 * 24 * 3600,
+        gt=0,
+        description="How long the token a push carries (data key `clarion_event_token`) lets the device "
+        "report opens and clicks of that push, in seconds.",
+    )
     max_body_bytes: int = Field(
         default=65536, ge=1024, description="Largest accepted request body, in bytes."
     )

@@ -74,8 +74,13 @@ class RenderBox:
         self.renders += 1
         async with self._lock:
             try:
-                # Two renders' worth of CPU (one retry) plus a loaded machine's scheduling delays.
-                answer = await asyncio.wait_for(self._ask(job), 5 + renderer.max_render_ms / 100)
+                # Two renders' worth of CPU (one retry) plus a loaded machine's scheduling delays,
+                # within the request's deadline: a render waiting longer is refused, the child
+                # replaced (it may still be running the template).
+                timeout = 3 + renderer.max_render_ms / 100
+                if budget is not None:
+                    timeout = max(0.1, min(timeout, budget.remaining_ms / 1000 + 0.5))
+                answer = await asyncio.wait_for(self._ask(job), timeout)
             except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, pickle.PickleError):
                 await self._kill()
                 answer = (None, ("render_limit", "template stopped its render process", None, None), 0.0)

@@ -16,6 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from clarion import metrics
+from core.analytics import STATUS_COUNTS, RollupKey, add_counts, hour_of
 from schema.enums import Channel, Status
 from workers.outcome import Outcome
 
@@ -44,6 +45,8 @@ UPDATE notifications n
        AS v(id, status, calls, provider, provider_message_id, error_code, error_message, not_before, detail,
             content_hash)
  WHERE n.id = v.id AND n.status = 'sending'
+RETURNING n.tenant_id, n.created_at, n.channel, n.template, n.template_version, n.category, n.provider,
+          n.status
 """
 
 ATTEMPT_COLUMNS = [
@@ -114,9 +117,28 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         for a in o.attempts
     ]
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(RECORD, *columns)
+        recorded = await conn.fetch(RECORD, *columns)
+        await _count(conn, recorded)
         if attempts:
             await conn.copy_records_to_table("delivery_attempts", records=attempts, columns=ATTEMPT_COLUMNS)
+
+
+async def _count(conn: asyncpg.Connection, recorded: list[asyncpg.Record]) -> None:
+    """The analytics rollups of the rows this transaction moved to a final status (a replayed
+    outcome moved none: it counts nothing)."""
+    by_count: dict[str, list[RollupKey]] = {}
+    for r in recorded:
+        count = STATUS_COUNTS.get(r["status"])
+        if count is not None:
+            by_count.setdefault(count, []).append(
+                RollupKey(
+                    tenant_id=r["tenant_id"], hour=hour_of(r["created_at"]), channel=r["channel"],
+                    template=r["template"] or "", template_version=r["template_version"] or 0,
+                    category=r["category"] or "", provider=r["provider"] or "",
+                )
+            )  # fmt: skip
+    for count, keys in by_count.items():
+        await add_counts(conn=conn, count=count, keys=keys)
 
 
 async def record(

@@ -9,6 +9,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from harness.services import drop_database, fresh_database
+from schema import partitions
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
 
@@ -18,7 +19,10 @@ async def _diff(url: str) -> list[object]:
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync), SQLModel.metadata)
+                lambda sync: compare_metadata(
+                    MigrationContext.configure(sync, opts={"include_name": partitions.include_name}),
+                    SQLModel.metadata,
+                )
             )
     finally:
         await engine.dispose()

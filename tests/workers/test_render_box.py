@@ -23,7 +23,12 @@ def box_pid(renderer: Renderer) -> int | None:
     return child.pid if child is not None and child.returncode is None else None
 
 
-async def test_a_tenant_owing_render_cpu_renders_in_the_box_and_others_stay_in_process() -> None:
+async def test_a_tenant_owing_render_cpu_renders_in_the_box_and_others_stay_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No paying back: on a loaded machine the box's render at nice 19 may take long enough for the
+    # tenant to have paid its debt by the time it is looked at (the share is per second of wall time).
+    monkeypatch.setattr("core.render.RENDER_CPU_SHARE", 0.0)
     renderer = Renderer(max_render_ms=100)
     try:
         assert not renderer.owes("b")
@@ -155,3 +160,51 @@ async def test_the_api_starts_its_render_box_with_itself_and_stops_it_with_itsel
     assert box_pid(renderer) is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_at_accept_a_render_waiting_too_long_for_its_tenants_turn_is_refused_a_worker_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("core.render.TURN_WAIT_S", 0.2)
+    renderer = Renderer()
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_turn() -> None:
+        async with renderer.turn("b"):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold_turn())
+    await held.wait()
+    try:
+        with pytest.raises(RenderError) as caught:
+            await renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b")
+        assert caught.value.code == "render_limit" and "still rendering" in str(caught.value)
+        worker_render = asyncio.create_task(
+            renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b", cpu_share=False)
+        )
+        done, _ = await asyncio.wait({worker_render}, timeout=0.5)  # past TURN_WAIT_S: still waiting
+        assert not done, "the worker waits for the turn: a refusal there would fail a send"
+        release.set()
+        assert (await worker_render).body == "x"
+    finally:
+        release.set()
+        await holder
+        await renderer.aclose()
+
+
+async def test_a_request_budget_past_its_deadline_refuses_the_render() -> None:
+    renderer = Renderer()
+    try:
+        with pytest.raises(RenderError) as caught:
+            await renderer.render_async(
+                subject=None, body="x", html=None, data={}, tenant="b", budget=RequestBudget(1_000, wall_s=0)
+            )
+        assert caught.value.code == "render_limit"
+        fine = RequestBudget(1_000, wall_s=60)
+        assert 0 < fine.remaining_ms <= 1_000
+        assert (
+            await renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b", budget=fine)
+        ).body == "x"
+    finally:
+        await renderer.aclose()
