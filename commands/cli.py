@@ -66,6 +66,14 @@ def main(argv: list[str] | None = None) -> None:
     p_api = sub.add_parser("api", help="serve the HTTP API")
     p_api.add_argument("--port", type=int)
     p_api.add_argument("--host")
+    p_api.add_argument(
+        "--workers", type=int, default=1, help="API processes sharing the port (SO_REUSEPORT); default 1"
+    )
+    p_api.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="bind with SO_REUSEPORT, as one of several processes on the port (what --workers starts)",
+    )
     p_worker = sub.add_parser("worker", help="run one channel's worker")
     p_worker.add_argument("channel", choices=[c.value for c in Channel])
     sub.add_parser("relay", help="run the outbox relay")
@@ -94,6 +102,9 @@ def main(argv: list[str] | None = None) -> None:
 
         raise SystemExit(status.main(url=args.url or _settings(dev=True).base_url, api_key=args.api_key))
 
+    if args.command == "api" and args.workers != 1:
+        _api_workers(args)
+
     from commands import runner
 
     if args.command == "dev":
@@ -121,14 +132,32 @@ def main(argv: list[str] | None = None) -> None:
     else:
         _need_bootstrap(settings)
         if args.command == "api":
+            reuse = args.reuse_port
             with traced("clarion-api"):
-                _run(lambda: runner.until_signal(lambda stop: runner.serve_api(settings, stop)))
+                _run(
+                    lambda: runner.until_signal(
+                        lambda stop: runner.serve_api(settings, stop, reuse_port=reuse)
+                    )
+                )
         elif args.command == "worker":
             channels = [Channel(args.channel)]
             with traced(f"clarion-worker-{args.channel}"):
                 _run(lambda: runner.until_signal(lambda stop: runner.run_workers(settings, channels, stop)))
         else:
             _run(lambda: runner.until_signal(lambda stop: runner.run_relay(settings, stop)))
+
+
+def _api_workers(args: argparse.Namespace) -> None:
+    """Supervise ``--workers`` API processes (``commands.api_workers``); never returns."""
+    from commands import api_workers
+
+    if args.workers < 1 or args.reuse_port:
+        print("clarion: --workers takes a count of at least 1, without --reuse-port", file=sys.stderr)
+        raise SystemExit(2)
+    settings = _settings(api_port=args.port, api_host=args.host)
+    setup_logging(settings.log_level)
+    _need_bootstrap(settings)
+    raise SystemExit(api_workers.run(host=settings.api_host, port=settings.api_port, workers=args.workers))
 
 
 @contextlib.contextmanager

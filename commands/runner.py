@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
+from commands.api_workers import reuse_port_socket
 from core.templates import install_default_templates
 from schema.db import create_engine, ensure_database, upgrade_async
 from schema.enums import Channel
@@ -89,7 +91,10 @@ class EmbeddedServer(uvicorn.Server):
         yield
 
 
-def api_server(settings: Settings) -> EmbeddedServer:
+def api_server(settings: Settings, *, reuse_port: bool = False) -> EmbeddedServer:
+    # One of several processes on the port (``clarion api --workers N``): each answer names the
+    # process that served it, so a client or a test can tell the workers apart.
+    headers = [("clarion-api-pid", str(os.getpid()))] if reuse_port else []
     config = uvicorn.Config(
         create_app(settings),
         host=settings.api_host,
@@ -98,15 +103,23 @@ def api_server(settings: Settings) -> EmbeddedServer:
         access_log=False,
         lifespan="on",
         http=HeadLimitedProtocol,
+        headers=headers,
     )
     return EmbeddedServer(config)
 
 
 async def serve_api(
-    settings: Settings, stop: Callable[[], Awaitable[None]], ready: asyncio.Event | None = None
+    settings: Settings,
+    stop: Callable[[], Awaitable[None]],
+    ready: asyncio.Event | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> None:
-    server = api_server(settings)
-    serving = asyncio.create_task(server.serve())
+    """Serve the API until ``stop()`` returns, then drain. ``reuse_port``: bind with ``SO_REUSEPORT``,
+    as one of the processes of ``clarion api --workers N`` (``commands.api_workers``)."""
+    server = api_server(settings, reuse_port=reuse_port)
+    sockets = [reuse_port_socket(settings.api_host, settings.api_port)] if reuse_port else None
+    serving = asyncio.create_task(server.serve(sockets=sockets))
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn offers only a flag
         await asyncio.sleep(0.02)
     if serving.done():

@@ -146,6 +146,7 @@ async def test_adapter_alert_with_data_passes_strict_fake(priority: Priority) ->
                 "topic": fake.topic,
                 "base_url": fake.url,
                 "ca_file": fake.ca_file,
+                "connections": 1,
             }
         )
         adapter = ApnsProvider(settings)
