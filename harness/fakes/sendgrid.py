@@ -96,6 +96,10 @@ class FakeSendGrid(AiohttpFake):
             self._client = None
         await super().stop()
 
+    async def events_settled(self) -> None:
+        """Return once every Event Webhook batch scheduled so far has been posted (or failed)."""
+        await asyncio.gather(*self._webhook_tasks, return_exceptions=True)
+
     def _schedule_events(self, body: dict[str, Any], message_id: str) -> None:
         if not self.webhook_url:
             return

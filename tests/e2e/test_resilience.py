@@ -68,7 +68,7 @@ async def test_send_while_broker_is_down_is_delivered_after_it_returns(
             during = await client.post("/v1/notifications", json=email_send())
             assert during.status_code == 202, during.text
             nid = during.json()["id"]
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # what is tested is that nothing moves while it is down: not pollable
             assert (await status_of(client, nid))["status"] == "accepted"
             own_broker.start()
             body = await wait_status(client, nid, "sent", 60)
@@ -175,7 +175,7 @@ async def test_worker_killed_after_provider_call_before_record_sends_one_known_d
             worker = ClarionProcess(isolated, "worker", "email")
             worker.start()
             await wait_status(client, nid, "sent", 40)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # a third send would come later, if at all: an absence cannot be polled
             assert len(await sandbox_for(client, nid)) == 2, "the known duplicate of the lease window"
     finally:
         worker.kill()
