@@ -33,11 +33,11 @@ from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import ApiServer, drop_database, fresh_database, wait_until
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
-from providers.settings import SendGridSettings
 from schema.db import create_engine
 from schema.enums import Channel
 from tests.conftest import METRICS_TOKEN, make_tenant
 from tests.fixtures.delivery import wait_status
+from tests.fixtures.provider_settings import sendgrid_settings
 from tests.fixtures.sends import email_send
 from workers.app import Worker
 
@@ -180,10 +180,8 @@ async def email_lane(settings: Settings) -> AsyncIterator[EmailLane]:
     )
     sendgrid = FakeSendGrid()
     await sendgrid.start()
-    sendgrid_settings = SendGridSettings(
-        api_key=sendgrid.api_key, from_email="noreply@clarion.test", base_url=sendgrid.url, timeout_s=2
-    )
-    providers = ProviderSet(routes={(Channel.email, None): SendGridProvider(sendgrid_settings)})
+    account = sendgrid_settings(sendgrid, timeout_s=2)
+    providers = ProviderSet(routes={(Channel.email, None): SendGridProvider(account)})
     engine = create_engine(url, pool_size=2)
     api = ApiServer(own)
     worker = Worker(own, Channel.email, providers=providers)

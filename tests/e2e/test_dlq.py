@@ -1,12 +1,12 @@
 """Dead letters end to end: a permanently failing provider ends in the DLQ; a redrive after it
-recovers delivers. Runs on the SMS lane of ``test_retries`` (its own database and broker)."""
+recovers delivers. Runs on an SMS lane of its own (`tests.fixtures.sms_lane`)."""
 
 from __future__ import annotations
 
 import httpx
 
-from tests.e2e.test_retries import Lane, lane_client, read_topic, send, sms_lane
 from tests.fixtures.delivery import wait_status
+from tests.fixtures.sms_lane import Lane, lane_client, read_topic, send, sms_lane
 
 __all__ = ["lane_client", "sms_lane"]
 

@@ -24,13 +24,14 @@ from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import ApiServer, drop_database, fresh_database, wait_until
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
-from providers.settings import SendGridSettings, SmtpSettings
+from providers.settings import SmtpSettings
 from providers.smtp import SmtpProvider
 from schema.db import create_engine
 from schema.enums import Channel
 from tests.conftest import make_tenant
 from tests.fixtures.delivery import wait_status
 from tests.fixtures.mailbox import Mailbox
+from tests.fixtures.provider_settings import sendgrid_settings
 from tests.fixtures.sends import email_send
 from workers.app import Worker
 
@@ -82,16 +83,7 @@ async def email_lane(settings: Settings) -> AsyncIterator[EmailLane]:
     controller = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
     controller.start()
     providers = ProviderSet(
-        routes={
-            (Channel.email, None): SendGridProvider(
-                SendGridSettings(
-                    api_key=sendgrid.api_key,
-                    from_email="noreply@clarion.test",
-                    base_url=sendgrid.url,
-                    timeout_s=2,
-                )
-            )
-        },
+        routes={(Channel.email, None): SendGridProvider(sendgrid_settings(sendgrid, timeout_s=2))},
         failover={
             Channel.email: SmtpProvider(
                 SmtpSettings(

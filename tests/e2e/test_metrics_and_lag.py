@@ -32,11 +32,12 @@ from clarion.logs import JsonFormatter
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import ApiServer, api_client, drop_database, fresh_database, wait_until
-from providers.settings import ProvidersSettings, SendGridSettings
+from providers.settings import ProvidersSettings
 from schema.enums import Channel
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, make_tenant
 from tests.fixtures.answers import scrape
 from tests.fixtures.delivery import status_of
+from tests.fixtures.provider_settings import sendgrid_settings
 from tests.fixtures.sends import email_send
 from workers.app import Worker
 
@@ -90,9 +91,7 @@ async def observed(settings: Settings) -> AsyncIterator[Observed]:
             "database_url": url,
             "kafka_bootstrap": broker.bootstrap,
             "providers": ProvidersSettings(
-                sendgrid=SendGridSettings.model_validate(
-                    {"api_key": fake.api_key, "from_email": "noreply@example.com", "base_url": fake.url}
-                )
+                sendgrid=sendgrid_settings(fake, from_email="noreply@example.com")
             ),
         }
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -15,33 +15,20 @@ from harness.fakes.fcm import FakeFcm
 from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.fcm import FcmProvider
-from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
+from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_settings import fcm_settings
 
 TOKEN = "fcm-registration-token-1"
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeFcm]:
-    async with FakeFcm() as server:
-        yield server
+fake = running_fake(FakeFcm)
 
 
-def settings_for(fake: FakeFcm, **overrides: object) -> FcmSettings:
-    values: dict[str, object] = {
-        "service_account_json": json.dumps(fake.service_account_info()),
-        "base_url": fake.url,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return FcmSettings.model_validate(values)
+settings_for = partial(fcm_settings, timeout_s=0.5)  # short: the timeout tests wait it out
 
 
-@pytest.fixture
-async def provider(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
-    adapter = FcmProvider(settings_for(fake))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: FcmProvider(settings_for(fake)))
 
 
 def push(**overrides: Any) -> RenderedMessage:

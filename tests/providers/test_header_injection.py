@@ -21,7 +21,7 @@ from providers.settings import SmtpSettings
 from providers.smtp import SmtpProvider
 from schema.enums import Channel
 from tests.fixtures.mailbox import Mailbox
-from tests.providers.test_sendgrid import settings_for
+from tests.fixtures.provider_settings import sendgrid_settings
 
 INJECTIONS = [
     "=?utf-8?q?Ada=0D=0AReply-To:_attacker@evil.example=0D=0AContent-Type:_text/html=0D=0A=0D=0A<h1>Injected</h1>?=",
@@ -72,7 +72,7 @@ async def test_an_ordinary_encoded_subject_still_goes_out_as_one_header(smtp: tu
 @pytest.fixture
 async def sendgrid() -> AsyncIterator[tuple[FakeSendGrid, SendGridProvider]]:
     async with FakeSendGrid() as fake:
-        provider = SendGridProvider(settings_for(fake))
+        provider = SendGridProvider(sendgrid_settings(fake, timeout_s=0.5))
         yield fake, provider
         await provider.aclose()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
 from aiohttp import web
@@ -17,31 +18,18 @@ from providers.errors import InvalidRecipient, PermanentProviderError, Transient
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_settings import sendgrid_settings
+
+fake = running_fake(FakeSendGrid)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSendGrid]:
-    async with FakeSendGrid() as server:
-        yield server
+settings_for = partial(
+    sendgrid_settings, timeout_s=0.5, from_name="Clarion"
+)  # short: the timeout tests wait it out
 
 
-def settings_for(fake: FakeSendGrid, **overrides: object) -> SendGridSettings:
-    values: dict[str, object] = {
-        "api_key": fake.api_key,
-        "from_email": "noreply@clarion.test",
-        "from_name": "Clarion",
-        "base_url": fake.url,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return SendGridSettings.model_validate(values)
-
-
-@pytest.fixture
-async def provider(fake: FakeSendGrid) -> AsyncIterator[SendGridProvider]:
-    adapter = SendGridProvider(settings_for(fake))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: SendGridProvider(settings_for(fake)))
 
 
 async def test_send_posts_mail_send_json_and_returns_message_id(

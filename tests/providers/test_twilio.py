@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import aiohttp
 import pytest
@@ -18,34 +18,20 @@ from harness.fakes.base import AiohttpFake
 from harness.fakes.twilio import FakeTwilio, num_segments
 from harness.services import wait_until
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
-from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_settings import twilio_settings
+
+fake = running_fake(FakeTwilio)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTwilio]:
-    async with FakeTwilio() as server:
-        yield server
+settings_for = partial(twilio_settings, timeout_s=0.5)  # short: the timeout tests wait it out
 
 
-def settings_for(fake: FakeTwilio, **overrides: object) -> TwilioSettings:
-    values: dict[str, object] = {
-        "account_sid": fake.account_sid,
-        "auth_token": fake.auth_token,
-        "from_number": "+14155550199",
-        "base_url": fake.url,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return TwilioSettings.model_validate(values)
-
-
-@pytest.fixture
-async def provider(fake: FakeTwilio) -> AsyncIterator[TwilioProvider]:
-    adapter = TwilioProvider(settings_for(fake, status_callback_url="https://clarion.test/hooks/twilio"))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(
+    lambda fake: TwilioProvider(settings_for(fake, status_callback_url="https://clarion.test/hooks/twilio"))
+)
 
 
 async def test_send_posts_form_with_basic_auth_and_returns_sid(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from core.render import Renderer, RenderError, RequestBudget
 from harness.services import wait_until
-from tests.workers.hostile_templates import HOSTILE
+from tests.fixtures.hostile_templates import HOSTILE
 
 REFUSED = {"render_limit", "template_syntax", "template_error"}
 MAX_GROWTH_BYTES = 64 * 1024 * 1024

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import AsyncIterator
 from datetime import datetime
 
 import pytest
@@ -14,31 +13,16 @@ from clarion.retry_settings import RetrySettings
 from harness.fakes import make_message
 from harness.fakes.twilio import FakeTwilio
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
-from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_settings import twilio_settings
 from workers.retry import RetryPolicy
 
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTwilio]:
-    async with FakeTwilio() as server:
-        yield server
+fake = running_fake(FakeTwilio)
 
 
-@pytest.fixture
-async def provider(fake: FakeTwilio) -> AsyncIterator[TwilioProvider]:
-    adapter = TwilioProvider(
-        TwilioSettings(
-            account_sid=fake.account_sid,
-            auth_token=fake.auth_token,
-            from_number="+14155550199",
-            base_url=fake.url,
-            timeout_s=2,
-        )
-    )
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: TwilioProvider(twilio_settings(fake, timeout_s=2)))
 
 
 def gaps_s(fake: FakeTwilio) -> list[float]:
