@@ -20,7 +20,7 @@ from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
-from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
 from tests.fixtures.provider_settings import apns_settings
 
 DEVICE = "ab" * 32
@@ -175,24 +175,18 @@ async def test_malformed_device_token_raises_invalid_recipient(provider: ApnsPro
 
 async def test_wrong_signing_key_raises_permanent(fake: FakeApns) -> None:
     other = FakeApns()  # a different, unstarted fake: only its key is used
-    provider = ApnsProvider(settings_for(fake, private_key=other.private_key_pem()))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, ApnsProvider(settings_for(fake, private_key=other.private_key_pem())), push()
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.code == "InvalidProviderToken"
 
 
 async def test_wrong_topic_raises_permanent(fake: FakeApns) -> None:
-    provider = ApnsProvider(settings_for(fake, topic="com.other.app"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, ApnsProvider(settings_for(fake, topic="com.other.app")), push()
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.code == "BadTopic"
@@ -257,12 +251,7 @@ async def test_unreachable_host_raises_transient() -> None:
             "private_key": FakeApns().private_key_pem(),
         }
     )
-    provider = ApnsProvider(settings)
-    try:
-        with pytest.raises(TransientProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(TransientProviderError, ApnsProvider(settings), push())
 
     assert caught.value.code == "connection_error"
 

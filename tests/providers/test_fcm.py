@@ -16,7 +16,7 @@ from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.fcm import FcmProvider
 from schema.enums import Channel, Priority
-from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
 from tests.fixtures.provider_settings import fcm_settings
 
 TOKEN = "fcm-registration-token-1"
@@ -74,12 +74,9 @@ async def test_normal_priority_without_extras_sends_minimal_message(
 
 
 async def test_project_id_setting_overrides_the_service_account(fake: FakeFcm) -> None:
-    provider = FcmProvider(settings_for(fake, project_id="other-project"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, FcmProvider(settings_for(fake, project_id="other-project")), push()
+    )
 
     assert fake.sent("messages:send")[0].path == "/v1/projects/other-project/messages:send"
     assert caught.value.code == "PERMISSION_DENIED"
@@ -114,12 +111,9 @@ async def test_rejected_access_token_is_refreshed_once_and_the_send_succeeds(
 async def test_token_endpoint_refusing_the_assertion_raises_permanent(fake: FakeFcm) -> None:
     info = fake.service_account_info()
     info["client_email"] = "someone-else@clarion-test.iam.gserviceaccount.com"
-    provider = FcmProvider(settings_for(fake, service_account_json=json.dumps(info)))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, FcmProvider(settings_for(fake, service_account_json=json.dumps(info))), push()
+    )
 
     assert caught.value.code == "oauth_refused"
     assert fake.sent("messages:send") == []

@@ -7,19 +7,18 @@ from collections.abc import AsyncIterator
 from functools import partial
 
 import pytest
-from aiohttp import web
 from sendgrid.helpers.eventwebhook import EventWebhook
 
 from harness.fakes import make_message
-from harness.fakes.base import AiohttpFake
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import wait_until
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.enums import Channel
-from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
 from tests.fixtures.provider_settings import sendgrid_settings
+from tests.fixtures.receiver import Receiver
 
 fake = running_fake(FakeSendGrid)
 
@@ -157,12 +156,11 @@ async def test_unverified_sender_raises_permanent_not_invalid_recipient(
 
 
 async def test_rejected_api_key_raises_permanent(fake: FakeSendGrid) -> None:
-    provider = SendGridProvider(settings_for(fake, api_key="SG.revoked"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(make_message(Channel.email))
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError,
+        SendGridProvider(settings_for(fake, api_key="SG.revoked")),
+        make_message(Channel.email),
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.http_status == 401
@@ -221,20 +219,9 @@ async def test_content_that_starts_like_an_api_key_is_refused_before_sending(
 # --- Event Webhook from the fake ---------------------------------------------------------------------
 
 
-class Receiver(AiohttpFake):
-    """Stands in for Clarion's webhook endpoint: records what the fake POSTs to it."""
-
-    def routes(self) -> list[web.RouteDef]:
-        return [web.post("/{tail:.*}", self._hook)]
-
-    async def _hook(self, request: web.Request) -> web.Response:
-        await self.capture(request)
-        return web.Response(status=200)
-
-
 @pytest.fixture
 async def receiver(fake: FakeSendGrid) -> AsyncIterator[Receiver]:
-    async with Receiver() as server:
+    async with Receiver(status=200) as server:
         fake.webhook_url = f"{server.url}/v1/webhooks/sendgrid/events"
         fake.webhook_delay_s = 0.01
         yield server
