@@ -24,6 +24,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
+from providers.session import LazySession
 from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
 
@@ -73,16 +74,8 @@ class FcmProvider:
         self._url = f"{settings.base_url.rstrip('/')}/v1/projects/{project}/messages:send"
         self._auth_request = _TimedRequest(settings.timeout_s)
         self._token_lock = asyncio.Lock()
-        self._session: aiohttp.ClientSession | None = None
+        self._http = LazySession(timeout_s=settings.timeout_s, max_connections=settings.max_connections)
         self.token_fetches = 0
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
-            )
-        return self._session
 
     async def access_token(self, *, rejected: str | None = None) -> str:
         """A valid OAuth2 access token; fetched at most once at a time, and only when missing,
@@ -132,7 +125,7 @@ class FcmProvider:
     async def _post(self, body: bytes, token: str) -> tuple[int, dict[str, str], dict[str, Any]]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         try:
-            async with self._http().post(self._url, data=body, headers=headers) as response:
+            async with self._http.get().post(self._url, data=body, headers=headers) as response:
                 raw = await response.read()
                 return response.status, dict(response.headers), _json_object(raw)
         except TimeoutError as exc:
@@ -166,9 +159,7 @@ class FcmProvider:
 
     async def aclose(self) -> None:
         """Close the connection pool and the token fetcher's session."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._http.aclose()
         self._auth_request.session.close()
 
 

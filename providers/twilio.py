@@ -26,6 +26,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
+from providers.session import LazySession
 from providers.settings import TwilioSettings
 from schema.enums import Channel
 
@@ -68,17 +69,12 @@ class TwilioProvider:
         else:
             assert settings.auth_token is not None
             user, password = settings.account_sid, settings.auth_token.get_secret_value()
-        self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
-                headers={"Authorization": self._authorization, "Accept": "application/json"},
-            )
-        return self._session
+        authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self._http = LazySession(
+            timeout_s=settings.timeout_s,
+            max_connections=settings.max_connections,
+            headers={"Authorization": authorization, "Accept": "application/json"},
+        )
 
     def _form(self, message: RenderedMessage) -> dict[str, str]:
         form = {"To": message.to, "Body": message.body}
@@ -107,7 +103,7 @@ class TwilioProvider:
         after a timeout may send twice: the worker's policy decides).
         """
         try:
-            async with self._http().post(self._url, data=self._form(message)) as response:
+            async with self._http.get().post(self._url, data=self._form(message)) as response:
                 status, headers = response.status, response.headers
                 document = _json_object(await response.read())
         except TimeoutError as exc:
@@ -140,9 +136,7 @@ class TwilioProvider:
 
     async def aclose(self) -> None:
         """Close the connection pool; a later ``send`` opens a new one."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._http.aclose()
 
 
 def _segments(value: Any) -> int:
