@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any, ClassVar
 
-import aiohttp
 import google.auth.exceptions
 from google.auth.transport.requests import Request
 from google.oauth2 import service_account
@@ -24,7 +23,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
-from providers.session import LazySession
+from providers.session import LazySession, transport_errors
 from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
 
@@ -124,16 +123,10 @@ class FcmProvider:
 
     async def _post(self, body: bytes, token: str) -> tuple[int, dict[str, str], dict[str, Any]]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        try:
+        with transport_errors(provider=self.name, label="FCM"):
             async with self._http.get().post(self._url, data=body, headers=headers) as response:
                 raw = await response.read()
                 return response.status, dict(response.headers), _json_object(raw)
-        except TimeoutError as exc:
-            raise TransientProviderError("FCM timed out", provider=self.name, code="timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise TransientProviderError(
-                f"FCM connection failed: {exc!r}", provider=self.name, code="connection_error"
-            ) from exc
 
     def _classify(self, status: int, headers: dict[str, str], document: dict[str, Any]) -> ProviderError:
         error = document.get("error") if isinstance(document.get("error"), dict) else {}

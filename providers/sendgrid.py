@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-import aiohttp
 from sendgrid.helpers.mail import (
     Category,
     CustomArg,
@@ -38,7 +37,7 @@ from providers.errors import (
     parse_retry_after,
 )
 from providers.headers import check_header_value
-from providers.session import LazySession
+from providers.session import LazySession, transport_errors
 from providers.settings import SendGridSettings
 from schema.enums import Channel
 
@@ -111,16 +110,10 @@ class SendGridProvider:
     async def send(self, message: RenderedMessage) -> SendResult:
         """Hand one email to SendGrid; returns its ``X-Message-Id``. Raises from ``providers.errors``."""
         payload = json.dumps(self.body(message), separators=(",", ":"), ensure_ascii=False).encode()
-        try:
+        with transport_errors(provider=self.name, label="SendGrid"):
             async with self._http.get().post(self._url, data=payload) as response:
                 status, headers = response.status, response.headers
                 raw = await response.read()
-        except TimeoutError as exc:
-            raise TransientProviderError("SendGrid timed out", provider=self.name, code="timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise TransientProviderError(
-                f"SendGrid connection failed: {exc!r}", provider=self.name, code="connection_error"
-            ) from exc
         if 200 <= status < 300:
             # Sandbox mode answers 200 and may omit X-Message-Id.
             message_id = headers.get("X-Message-Id") or f"sandbox-{message.notification_id}"

@@ -1,14 +1,19 @@
-"""The pooled HTTP session of an aiohttp-based adapter.
+"""The pooled HTTP session of an aiohttp-based adapter, and what its transport failures mean.
 
-It is opened on first use, inside the running event loop (an adapter is built before the loop
-that sends runs), closed by ``aclose``, and opened anew if the adapter sends again after that.
+The session is opened on first use, inside the running event loop (an adapter is built before the
+loop that sends runs), closed by ``aclose``, and opened anew if the adapter sends again after that.
+A timeout or a failed connection is a `TransientProviderError` (``timeout``, ``connection_error``),
+turned so in one place, `transport_errors`, as httpx maps httpcore's errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 import aiohttp
+
+from providers.errors import TransientProviderError
 
 
 class LazySession:
@@ -38,3 +43,17 @@ class LazySession:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+@contextlib.contextmanager
+def transport_errors(*, provider: str, label: str) -> Iterator[None]:
+    """Raise a timeout or a failed connection inside the block as the `TransientProviderError` it
+    is; ``label`` names the service in the message ("Twilio timed out")."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise TransientProviderError(f"{label} timed out", provider=provider, code="timeout") from exc
+    except aiohttp.ClientError as exc:
+        raise TransientProviderError(
+            f"{label} connection failed: {exc!r}", provider=provider, code="connection_error"
+        ) from exc

@@ -16,8 +16,6 @@ import json
 import time
 from typing import Any, ClassVar
 
-import aiohttp
-
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
     InvalidRecipient,
@@ -26,7 +24,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
-from providers.session import LazySession
+from providers.session import LazySession, transport_errors
 from providers.settings import TwilioSettings
 from schema.enums import Channel
 
@@ -102,16 +100,10 @@ class TwilioProvider:
         Raises from ``providers.errors``; never retries (Twilio has no idempotency key, so a retry
         after a timeout may send twice: the worker's policy decides).
         """
-        try:
+        with transport_errors(provider=self.name, label="Twilio"):
             async with self._http.get().post(self._url, data=self._form(message)) as response:
                 status, headers = response.status, response.headers
                 document = _json_object(await response.read())
-        except TimeoutError as exc:
-            raise TransientProviderError("Twilio timed out", provider=self.name, code="timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise TransientProviderError(
-                f"Twilio connection failed: {exc!r}", provider=self.name, code="connection_error"
-            ) from exc
         if status in (200, 201) and isinstance(document.get("sid"), str):
             return SendResult(
                 provider=self.name,
