@@ -14,9 +14,7 @@ import httpx
 
 from clarion.kafka import Publisher
 from tests.fixtures.delivery import status_of, wait_status
-from tests.fixtures.sms_lane import Lane, lane_client, read_topic, request_times, send, sms_lane
-
-__all__ = ["lane_client", "sms_lane"]
+from tests.fixtures.sms_lane import Lane, read_topic, request_times, send
 
 
 async def test_two_server_errors_then_success_is_sent_on_the_third_attempt(

@@ -64,11 +64,17 @@ async def test_two_server_errors_then_success_is_sent_on_the_third_call_with_jit
     assert statistics.pstdev(second) > 0.01, second
 
 
+def asks_to_wait_once(fake: FakeTwilio, *, retry_after_s: int) -> None:
+    """The next call is refused 429 with ``Retry-After`` (not Twilio's behaviour, which sends
+    none: this tests the policy's handling of the hint)."""
+    fake.retry_after_hint = True
+    fake.force_rate_limit(1, retry_after_s=retry_after_s)
+
+
 async def test_retry_after_within_the_cap_is_waited_in_process(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
-    fake.retry_after_hint = True  # not Twilio's behaviour: tests Retry-After handling
-    fake.force_rate_limit(1, retry_after_s=2)
+    asks_to_wait_once(fake, retry_after_s=2)
     policy = RetryPolicy(in_process_attempts=3, base_s=0.01, max_wait_s=3)
 
     await policy.run(lambda: provider.send(make_message(Channel.sms)), provider="twilio")
@@ -80,8 +86,7 @@ async def test_retry_after_within_the_cap_is_waited_in_process(
 async def test_retry_after_beyond_the_cap_ends_the_in_process_attempts_at_once(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
-    fake.retry_after_hint = True  # not Twilio's behaviour: tests Retry-After handling
-    fake.force_rate_limit(1, retry_after_s=30)
+    asks_to_wait_once(fake, retry_after_s=30)
     policy = RetryPolicy(in_process_attempts=3, base_s=0.01, max_wait_s=1)
 
     with pytest.raises(TransientProviderError) as caught:
