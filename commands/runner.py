@@ -155,21 +155,11 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
     metrics.serve_metrics(settings.metrics_port)
     engine = create_engine(settings.database_url, pool_size=2)
     publisher = Publisher(settings.kafka_bootstrap or "")
-    relay = Relay(
-        engine,
-        publisher,
-        interval_s=settings.relay_interval_s,
-        grace_s=settings.relay_grace_s,
-        stale_queued_s=settings.relay_stale_queued_s,
-    )
-    task = asyncio.create_task(relay.run())
-    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
     try:
-        await stop()
+        async with Relay.from_settings(engine, publisher, settings).running():
+            gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+            await stop()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await publisher.close()
         await engine.dispose()
 

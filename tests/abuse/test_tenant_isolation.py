@@ -87,9 +87,7 @@ async def make_victim(api_url: str, engine: AsyncEngine) -> Victim:
     email, token = f"victim-{tag}@a.example.com", secrets.token_hex(32)
     external_id, category, template = f"victim-{tag}", f"cat{tag}", f"tpl{tag}"
     marker = f"only-A-{tag}"
-    async with httpx.AsyncClient(
-        base_url=api_url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as a:
+    async with api_client(api_url, tenant.key) as a:
         body = email_send(user={"id": external_id, "email": email}, event_id=f"evt-A-{tag}")
         nid = (await _ok(await a.post("/v1/notifications", json=body)))["id"]
         await wait_status(a, nid, "sent", 30)
@@ -203,9 +201,7 @@ async def test_every_route_keeps_tenant_b_out_of_tenant_a(
 
 
 async def _assert_victim_unchanged(api_url: str, victim: Victim) -> None:
-    async with httpx.AsyncClient(
-        base_url=api_url, headers={"Authorization": f"Bearer {victim.tenant.key}"}, timeout=15
-    ) as a:
+    async with api_client(api_url, victim.tenant.key) as a:
         note = await _ok(await a.get(f"/v1/notifications/{victim.notification_id}"), 200)
         assert note["status"] == "sent", note
         assert note["engagement"] == [], note  # B's report of an open was refused

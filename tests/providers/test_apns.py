@@ -6,8 +6,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import jwt
@@ -21,6 +21,8 @@ from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
+from tests.fixtures.provider_settings import apns_settings
 
 DEVICE = "ab" * 32
 
@@ -35,31 +37,13 @@ class Clock:
         return time.time() + self.offset_s
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeApns]:
-    async with FakeApns() as server:
-        yield server
+fake = running_fake(FakeApns)
 
 
-def settings_for(fake: FakeApns, **overrides: object) -> ApnsSettings:
-    values: dict[str, object] = {
-        "key_id": fake.key_id,
-        "team_id": fake.team_id,
-        "private_key": fake.private_key_pem(),
-        "topic": fake.topic,
-        "base_url": fake.url,
-        "ca_file": fake.ca_file if fake.tls else None,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return ApnsSettings.model_validate(values)
+settings_for = partial(apns_settings, timeout_s=0.5)  # short: the timeout tests wait it out
 
 
-@pytest.fixture
-async def provider(fake: FakeApns) -> AsyncIterator[ApnsProvider]:
-    adapter = ApnsProvider(settings_for(fake))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: ApnsProvider(settings_for(fake)))
 
 
 def push(**overrides: Any) -> RenderedMessage:
@@ -192,24 +176,18 @@ async def test_malformed_device_token_raises_invalid_recipient(provider: ApnsPro
 
 async def test_wrong_signing_key_raises_permanent(fake: FakeApns) -> None:
     other = FakeApns()  # a different, unstarted fake: only its key is used
-    provider = ApnsProvider(settings_for(fake, private_key=other.private_key_pem()))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, ApnsProvider(settings_for(fake, private_key=other.private_key_pem())), push()
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.code == "InvalidProviderToken"
 
 
 async def test_wrong_topic_raises_permanent(fake: FakeApns) -> None:
-    provider = ApnsProvider(settings_for(fake, topic="com.other.app"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, ApnsProvider(settings_for(fake, topic="com.other.app")), push()
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.code == "BadTopic"
@@ -274,12 +252,7 @@ async def test_unreachable_host_raises_transient() -> None:
             "private_key": FakeApns().private_key_pem(),
         }
     )
-    provider = ApnsProvider(settings)
-    try:
-        with pytest.raises(TransientProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(TransientProviderError, ApnsProvider(settings), push())
 
     assert caught.value.code == "connection_error"
 
