@@ -10,16 +10,7 @@
   const LINES = [["delivery_rate", "#12805c"], ["open_rate", "#2e90fa"], ["click_rate", "#f79009"]];
   const $ = (id) => document.getElementById(id);
 
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (k === "class") node.className = v;
-      else if (k.startsWith("data-")) node.setAttribute(k, v);
-      else node[k] = v;
-    }
-    for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child ?? "")));
-    return node;
-  }
+  const el = window.ClarionOps.el; // ops.js, loaded first
 
   const pct = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)}%`);
 
