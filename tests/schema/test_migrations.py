@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import re
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -13,12 +15,23 @@ from schema.db import downgrade, upgrade
 from schema.models import SQLModel
 
 
+# Daily partitions (schema.partitions) are tables the models do not name: their parent is.
+_PARTITION = re.compile(r"^[a-z_]+_(p\d{8}|default)$")
+
+
+def _not_a_partition(name: str | None, type_: str, parent_names: object) -> bool:
+    return not (type_ == "table" and name is not None and _PARTITION.match(name))
+
+
 async def _diff(url: str) -> list[object]:
     engine = create_async_engine(url)
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync), SQLModel.metadata)
+                lambda sync: compare_metadata(
+                    MigrationContext.configure(sync, opts={"include_name": _not_a_partition}),
+                    SQLModel.metadata,
+                )
             )
     finally:
         await engine.dispose()
