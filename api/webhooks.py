@@ -44,6 +44,7 @@ from twilio.request_validator import RequestValidator
 from api.errors import ApiError
 from clarion import metrics
 from core.preferences import record_opt_outs
+from core.webhook_events import WebhookEventIn, enqueue_events
 from providers import twilio
 
 TWILIO_FINAL = frozenset({"delivered", "undelivered", "failed"})
@@ -91,10 +92,22 @@ async def _opt_out(conn: asyncpg.Connection, opt_outs: Sequence[_OptOut]) -> Non
     await record_opt_outs(conn=conn, opt_outs=[(o.user_id, o.channel, o.category) for o in opt_outs])
 
 
+def _delivered(row: asyncpg.Record, provider: str) -> WebhookEventIn:
+    """The tenant's ``notification.delivered`` webhook event, logged in the report's transaction."""
+    data = {"notification_id": str(row["id"]), "event_id": row["event_id"], "provider": provider}
+    return WebhookEventIn(
+        tenant_id=row["tenant_id"],
+        notification_id=row["id"],
+        type="notification.delivered",
+        data=data,
+        occurred_at=datetime.now(UTC),
+    )
+
+
 # --- Twilio ---------------------------------------------------------------------------------------
 
 _FIND_SMS = """
-SELECT n.id, n.user_id, n.history, u.phone
+SELECT n.id, n.tenant_id, n.event_id, n.user_id, n.history, u.phone
   FROM notifications n JOIN users u ON u.id = n.user_id
  WHERE n.channel = 'sms'
    AND CASE WHEN $2::uuid IS NULL THEN n.provider_message_id = $1
@@ -181,6 +194,8 @@ async def record_twilio_status(
         )
         if opt_out:
             await _opt_out(conn, [_OptOut(row["user_id"], "sms", "*")])
+        if status == "delivered":
+            await enqueue_events(conn, events=[_delivered(row, "twilio")])
     _count("twilio", status, "recorded")
     return WebhookResult(recorded=1, opted_out=int(opt_out))
 
@@ -188,7 +203,8 @@ async def record_twilio_status(
 # --- SendGrid -------------------------------------------------------------------------------------
 
 _FIND_EMAILS = """
-SELECT n.id, n.user_id, n.category, n.history, u.email, coalesce(c.required, false) AS required
+SELECT n.id, n.tenant_id, n.event_id, n.user_id, n.category, n.history, u.email,
+       coalesce(c.required, false) AS required
   FROM notifications n
   JOIN users u ON u.id = n.user_id
   LEFT JOIN categories c ON c.tenant_id = n.tenant_id AND c.name = n.category
@@ -350,6 +366,7 @@ async def record_sendgrid_events(
         rows = await conn.fetch(_FIND_EMAILS, list(wanted))
         ids: list[UUID] = []
         added: list[str] = []
+        delivered: list[WebhookEventIn] = []
         opt_outs: dict[tuple[UUID, str, str], _OptOut] = {}
         for row in rows:
             history = json.loads(row["history"]) if isinstance(row["history"], str) else row["history"]
@@ -366,6 +383,8 @@ async def record_sendgrid_events(
                 transitions.append({"status": event["event"], "at": _now_iso(), "detail": detail})
                 result.recorded += 1
                 _count("sendgrid", event["event"], "recorded")
+                if event["event"] == "delivered":
+                    delivered.append(_delivered(row, "sendgrid"))
                 opt_out = _email_opt_out(event, row)
                 if opt_out is not None:
                     opt_outs[(opt_out.user_id, opt_out.channel, opt_out.category)] = opt_out
@@ -375,6 +394,7 @@ async def record_sendgrid_events(
         if ids:
             await conn.execute(_APPEND_EMAILS, ids, added)
         await _opt_out(conn, list(opt_outs.values()))
+        await enqueue_events(conn, events=delivered)
     for events in wanted.values():  # not an email notification of ours
         result.unknown += len(events)
         for event in events:

@@ -171,10 +171,14 @@ class Settings(BaseSettings):
         description="Calls a webhook delivery gets before it is given up (`failed`; a replay sends it again).",
     )
     webhook_retry_base_s: float = Field(
-        default=5.0, gt=0, description="Delay before a webhook delivery's second call; doubles each call, with jitter."
+        default=5.0,
+        gt=0,
+        description="Delay before a webhook delivery's second call; doubles each call, with jitter.",
     )
     webhook_retry_max_s: float = Field(
-        default=3600.0, gt=0, description="Longest delay between two calls of one webhook delivery, in seconds."
+        default=3600.0,
+        gt=0,
+        description="Longest delay between two calls of one webhook delivery, in seconds.",
     )
     webhook_lease_s: float = Field(
         default=60.0,

@@ -241,7 +241,9 @@ class WebhookEndpoint(SQLModel, table=True):
     secret: str = Field(description="whsec_<base64>: signs every payload; shown to the tenant once")
     previous_secret: str | None = Field(default=None, description="the secret before a rotation")
     previous_secret_until: datetime | None = Field(
-        default=None, sa_column=sa.Column(TS, nullable=True), description="payloads carry both signatures until then"
+        default=None,
+        sa_column=sa.Column(TS, nullable=True),
+        description="payloads carry both signatures until then",
     )
     failure_streak: int = Field(default=0, description="failed calls since the last success")
     failing_since: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
@@ -292,7 +294,9 @@ class WebhookDelivery(SQLModel, table=True):
     event_id: uuid.UUID
     event_type: str = Field(max_length=64)
     body: str
-    state: str = Field(default="pending", max_length=12, description="pending | delivered | failed | cancelled")
+    state: str = Field(
+        default="pending", max_length=12, description="pending | delivered | failed | cancelled"
+    )
     attempts: int = Field(default=0)
     next_attempt_at: datetime = Field(sa_column=sa.Column(TS, server_default=sa.func.now(), nullable=False))
     last_attempt_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))

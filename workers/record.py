@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
 
 from clarion import metrics
+from core.webhook_events import WebhookEventIn, enqueue_events, outcome_event_type
 from schema.enums import Channel, Status
 from workers.outcome import Outcome
 
@@ -44,6 +46,7 @@ UPDATE notifications n
        AS v(id, status, calls, provider, provider_message_id, error_code, error_message, not_before, detail,
             content_hash)
  WHERE n.id = v.id AND n.status = 'sending'
+RETURNING n.id, n.tenant_id, n.event_id, n.channel, n.status, n.provider, n.error_code
 """
 
 ATTEMPT_COLUMNS = [
@@ -114,9 +117,35 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         for a in o.attempts
     ]
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(RECORD, *columns)
+        recorded = await conn.fetch(RECORD, *columns)
         if attempts:
             await conn.copy_records_to_table("delivery_attempts", records=attempts, columns=ATTEMPT_COLUMNS)
+        # In the same transaction: a webhook event exists if and only if its outcome was stored.
+        await enqueue_events(conn, events=outcome_events(recorded))
+
+
+def outcome_events(recorded: Sequence[asyncpg.Record]) -> list[WebhookEventIn]:
+    """The webhook events of the outcomes ``RECORD`` stored (``sent`` and terminal failures)."""
+    now = datetime.now(UTC)
+    events = []
+    for row in recorded:
+        type_ = outcome_event_type(row["status"])
+        if type_ is None:
+            continue
+        data = {
+            "notification_id": str(row["id"]),
+            "event_id": row["event_id"],
+            "channel": row["channel"],
+            "status": row["status"],
+            "provider": row["provider"],
+            "error_code": row["error_code"],
+        }
+        events.append(
+            WebhookEventIn(
+                tenant_id=row["tenant_id"], notification_id=row["id"], type=type_, data=data, occurred_at=now
+            )
+        )
+    return events
 
 
 async def record(

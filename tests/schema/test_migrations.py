@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-
 import re
 
 from alembic.autogenerate import compare_metadata
@@ -13,7 +12,6 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from harness.services import drop_database, fresh_database
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
-
 
 # Daily partitions (schema.partitions) are tables the models do not name: their parent is.
 _PARTITION = re.compile(r"^[a-z_]+_(p\d{8}|default)$")
