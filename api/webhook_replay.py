@@ -78,7 +78,7 @@ _REPLAY_SINCE = sa.text(
          ORDER BY created_at, id LIMIT :limit
     ), queued AS (
         INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body, replay)
-        SELECT gen_random_uuid(), :e, :t, id, type, body, true FROM picked
+        SELECT gen_random_uuid(), CAST(:e AS uuid), CAST(:t AS text), id, type, body, true FROM picked
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM queued) AS n, (SELECT max(created_at) FROM picked) AS last
@@ -87,7 +87,7 @@ _REPLAY_SINCE = sa.text(
 _REPLAY_ONE = sa.text(
     """
     INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body, replay)
-    SELECT gen_random_uuid(), :e, :t, id, type, body, true FROM webhook_events
+    SELECT gen_random_uuid(), CAST(:e AS uuid), CAST(:t AS text), id, type, body, true FROM webhook_events
      WHERE tenant_id = :t AND id = :id AND created_at BETWEEN :lo AND :hi
     """
 )
