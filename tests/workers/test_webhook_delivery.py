@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import sqlalchemy as sa
-from standardwebhooks import Webhook
 from sqlalchemy.ext.asyncio import AsyncEngine
+from standardwebhooks import Webhook
 
 from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
