@@ -1,5 +1,7 @@
 """The events a tenant's webhook endpoints receive, and the one way to emit them.
 
+Emitted by the worker's record step (``sent``, ``failed``: ``workers.record``) and by
+``core.engagement.record_engagement`` (each counted report: ``delivered``, ``opened``...).
 ``enqueue_event`` (and ``enqueue_events`` for a batch) writes, inside the caller's transaction,
 the event to the tenant's webhook log and one pending delivery per enabled endpoint subscribed to
 its type: an event exists if and only if the caller's change committed, and it is in the log
@@ -28,17 +30,13 @@ from uuid import UUID
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from schema.enums import EngagementType
 from schema.ids import uuid7
 
-DELIVERY_EVENT_TYPES = ("notification.sent", "notification.failed", "notification.delivered")
-ENGAGEMENT_EVENT_TYPES = (
-    "notification.opened",
-    "notification.clicked",
-    "notification.bounced",
-    "notification.complained",
-    "notification.unsubscribed",
-)
-EVENT_TYPES = DELIVERY_EVENT_TYPES + ENGAGEMENT_EVENT_TYPES
+OUTCOME_EVENT_TYPES = ("notification.sent", "notification.failed")
+ENGAGEMENT_EVENT_TYPES = tuple(f"notification.{t.value}" for t in EngagementType)
+"""``notification.delivered``, ``.bounced``, ``.opened``, ``.clicked``, ... (``core.engagement``)."""
+EVENT_TYPES = OUTCOME_EVENT_TYPES + ENGAGEMENT_EVENT_TYPES
 _OUTCOME_TYPES = {
     "sent": "notification.sent",
     "failed": "notification.failed",

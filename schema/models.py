@@ -194,6 +194,42 @@ class DeliveryAttempt(SQLModel, table=True):
     provider_message_id: str | None = None
 
 
+class Engagement(SQLModel, table=True):
+    """What happened to a sent notification: one row per (notification, type, link), whoever reported it.
+
+    Range partitioned on ``notification_created_at`` (the notification's own ``created_at``, so a
+    day of engagement goes with the same day of the log, docs/partitioning.md); until the
+    partition loop runs every row is in ``engagement_default``, and the foreign key deletes the
+    rows with their notification.
+    """
+
+    __tablename__ = "engagement"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (notification_created_at)"},)
+    # Key order: notification first (the read of one notification, and the cascade from it).
+    notification_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("notifications.id", ondelete="CASCADE"), primary_key=True, nullable=False
+        )
+    )
+    type: str = Field(primary_key=True, max_length=12, description="schema.enums.EngagementType")
+    link: str = Field(
+        default="",
+        sa_column=sa.Column(sa.Text, primary_key=True, nullable=False, server_default=""),
+        description="the clicked URL ('' for every other type)",
+    )
+    tenant_id: str = Field(primary_key=True, max_length=64)
+    notification_created_at: datetime = Field(sa_column=sa.Column(TS, primary_key=True, nullable=False))
+    first_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
+    last_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
+    count: int = Field(default=1, sa_column=sa.Column(sa.Integer, nullable=False, server_default="1"))
+    source: str = Field(max_length=16, description="who reported it first: twilio, sendgrid, api, device")
+    seen: list[str] = Field(
+        default_factory=list,
+        sa_column=sa.Column(ARRAY(sa.Text), nullable=False, server_default="{}"),
+        description="markers of the latest reports counted (provider event ids): a replay is not counted twice",
+    )
+
+
 class RateLimitRule(SQLModel, table=True):
     __tablename__ = "rate_limit_rules"
     id: uuid.UUID = Field(default_factory=uuid7, primary_key=True)

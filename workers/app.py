@@ -253,6 +253,7 @@ class Worker:
             breakers=self.breakers,
             unsubscribe_url=steps.unsubscribe_url,
             on_provider_error=steps.on_provider_error,
+            push_data=steps.push_data,
         )
         self.pipeline = Pipeline(
             channel=self.channel,

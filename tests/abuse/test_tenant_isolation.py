@@ -39,6 +39,7 @@ NOT_KEY_AUTHENTICATED = {
     ("GET", "/preferences"),
     ("POST", "/v1/webhooks/twilio/status"),
     ("POST", "/v1/webhooks/sendgrid/events"),
+    ("POST", "/v1/device/events"),  # the push's signed token names tenant and notification
 }
 
 
@@ -164,6 +165,7 @@ def _body(victim: Victim, schema: dict[str, Any] | None) -> Any:
         "RateLimitIn": {"scope": "recipient", "channel": "sms", "limit": 999, "period_s": 1},
         "TenantSettingsIn": {"content_dedupe_window_s": 60},
         "KeyIn": {"name": "b-key", "scopes": ["read"]},
+        "EngagementIn": {"type": "opened"},  # B reporting an open of A's notification
         "EndpointIn": {"url": victim.endpoint_url, "event_types": ["notification.sent"]},
         "EndpointPatch": {"enabled": False, "url": "http://127.0.0.1:9/b"},
         "ReplayIn": {"since": "2026-01-01T00:00:00Z"},
@@ -226,6 +228,7 @@ async def _assert_victim_unchanged(api_url: str, victim: Victim) -> None:
     ) as a:
         note = await _ok(await a.get(f"/v1/notifications/{victim.notification_id}"), 200)
         assert note["status"] == "sent", note
+        assert note["engagement"] == [], note  # B's report of an open was refused
         user = await _ok(await a.get(f"/v1/users/{victim.external_id}"), 200)
         assert user["email"] == victim.email, user
         assert victim.device_token in str(user), user

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import re
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from harness.services import drop_database, fresh_database
+from schema import partitions
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
-
-# Daily partitions (schema.partitions) are tables the models do not name: their parent is.
-_PARTITION = re.compile(r"^[a-z_]+_(p\d{8}|default)$")
-
-
-def _not_a_partition(name: str | None, type_: str, parent_names: object) -> bool:
-    return not (type_ == "table" and name is not None and _PARTITION.match(name))
 
 
 async def _diff(url: str) -> list[object]:
@@ -27,7 +20,7 @@ async def _diff(url: str) -> list[object]:
         async with engine.connect() as conn:
             return await conn.run_sync(
                 lambda sync: compare_metadata(
-                    MigrationContext.configure(sync, opts={"include_name": _not_a_partition}),
+                    MigrationContext.configure(sync, opts={"include_name": partitions.include_name}),
                     SQLModel.metadata,
                 )
             )

@@ -155,6 +155,30 @@ class Attempt(_Response):
     provider_message_id: str | None = None
 
 
+class Engagement(_Response):
+    """What happened after the send: one per type (and clicked link), with its first/last time."""
+
+    type: Literal["delivered", "bounced", "opened", "clicked", "unsubscribed", "complained"]
+    link: str | None
+    first_at: datetime
+    last_at: datetime
+    count: int
+    source: str
+
+
+class EngagementRecorded(Engagement):
+    notification_id: UUID
+    duplicate: bool
+
+
+class EngagementReport(_Request):
+    """An open or a click a person made, as your backend saw it (``report_engagement``)."""
+
+    type: Literal["opened", "clicked"]
+    link: str | None = None
+    occurred_at: datetime | None = None
+
+
 class NotificationStatus(_Response):
     id: UUID
     event_id: str
@@ -173,6 +197,7 @@ class NotificationStatus(_Response):
     updated_at: datetime
     history: list[Transition]
     delivery_attempts: list[Attempt] = []
+    engagement: list[Engagement] = []
 
 
 class Cancelled(_Response):
@@ -258,6 +283,9 @@ SCHEMAS: dict[type[BaseModel], str] = {
     Transition: "Transition",
     Attempt: "AttemptOut",
     NotificationStatus: "NotificationOut",
+    Engagement: "EngagementOut",
+    EngagementRecorded: "EngagementRecorded",
+    EngagementReport: "EngagementIn",
     Cancelled: "Cancelled",
     DeviceOut: "DeviceOut",
     User: "UserOut",
