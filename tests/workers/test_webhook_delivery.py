@@ -18,6 +18,7 @@ from core import ssrf
 from harness.services import ApiServer, wait_until
 from harness.tenants import TenantInfo
 from tests.conftest import Stack
+from tests.fixtures.hooks import sent_notification
 from tests.fixtures.sends import email_send
 from tests.fixtures.webhook_receiver import Receiver
 from tests.fixtures.webhooks import (
@@ -233,3 +234,32 @@ async def _settled(engine: AsyncEngine, endpoint_id: str) -> bool:
             )
         ).scalar_one()
     return due == 0
+
+
+async def test_an_engagement_report_is_one_event_and_its_replay_none(
+    local: httpx.AsyncClient, receiver: Receiver, settings: Settings, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    await _endpoint(local, receiver, ["notification.opened", "notification.clicked"])
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    for _ in range(2):  # the second is the same report again: not counted, no event
+        response = await local.post(f"/v1/notifications/{nid}/events", json={"type": "opened"})
+        assert response.status_code == 200, response.text
+    clicked = {"type": "clicked", "link": "https://example.com/a"}
+    assert (await local.post(f"/v1/notifications/{nid}/events", json=clicked)).status_code == 200
+    async with sender(settings, fast(settings)):
+        await wait_until(lambda: len(receiver.received) == 2, 30)
+    assert sorted(r.type for r in receiver.received) == ["notification.clicked", "notification.opened"]
+    [click] = receiver.of_type("notification.clicked")
+    assert click.data == {
+        "notification_id": nid,
+        "type": "clicked",
+        "link": "https://example.com/a",
+        "source": "api",
+    }
+    async with engine.connect() as conn:
+        events = (
+            await conn.execute(
+                sa.text("SELECT count(*) FROM webhook_events WHERE notification_id = :n"), {"n": nid}
+            )
+        ).scalar_one()
+    assert events == 2
