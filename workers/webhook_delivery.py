@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import asyncpg
 import httpx
 
+from clarion import metrics
 from clarion.retry_settings import BreakerSettings
 from core import ssrf
 from workers.breaker import CircuitBreaker, CircuitOpen
@@ -112,6 +113,7 @@ class WebhookDeliverer:
                 breaker.check()
         except CircuitOpen as refused:
             until = refused.until
+            metrics.WEBHOOK_CALLS.labels("deferred").inc()
             await until_done(
                 "deferred", lambda: record_deferred(pool=self.pool, delivery=delivery, until=until)
             )
@@ -122,8 +124,11 @@ class WebhookDeliverer:
             allow=self.settings.allow,
             timeout_s=self.settings.timeout_s,
         )
-        if breaker is not None:
+        if breaker is not None and not result.refused:
             breaker.record(failed=not result.ok)
+        metrics.WEBHOOK_CALLS.labels(
+            "delivered" if result.ok else "refused" if result.refused else "failed"
+        ).inc()
         disabled = await until_done(
             "recorded",
             lambda: record_result(
@@ -131,6 +136,7 @@ class WebhookDeliverer:
             ),
         )
         if disabled:
+            metrics.WEBHOOK_ENDPOINTS_DISABLED.inc()
             log.warning("webhook endpoint %s disabled after its failure streak", delivery.endpoint_id)
 
     async def _maintain_hourly(self) -> None:

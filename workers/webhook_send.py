@@ -30,6 +30,7 @@ class CallResult:
     status: int | None = None  # the HTTP status, when an answer came
     error: str | None = None  # why it failed, as the tenant reads it in last_error
     retry_after_s: float | None = None  # a 429/503's Retry-After, in seconds
+    refused: bool = False  # the SSRF rule refused the URL: no call was made
 
 
 def new_client() -> httpx.AsyncClient:
@@ -48,7 +49,7 @@ async def call(
     try:
         resolved = await ssrf.resolve(delivery.url, allow=allow)
     except ssrf.UrlRefused as exc:
-        return CallResult(ok=False, error=f"{exc.code}: {exc.message}")
+        return CallResult(ok=False, error=f"{exc.code}: {exc.message}", refused=True)
     url = resolved.url
     headers = signed_headers(
         secrets=delivery.secrets, msg_id=delivery.msg_id, timestamp_s=int(time.time()), body=delivery.body
