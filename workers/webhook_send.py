@@ -58,22 +58,8 @@ async def call(
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     try:
         async with asyncio.timeout(timeout_s):
-            request = client.build_request(
-                "POST",
-                url.with_address(resolved.addresses[0]),
-                content=delivery.body.encode(),
-                headers=headers,
-                extensions=extensions,
-                timeout=timeout_s,
-            )
-            response = await client.send(request, stream=True)
-            try:
-                await _read_some(response)
-            finally:
-                await response.aclose()
-    except TimeoutError:
-        return CallResult(ok=False, error=f"timeout: no answer within {timeout_s:g}s")
-    except httpx.TimeoutException:
+            response = await _post(client, resolved, delivery.body, headers, extensions, timeout_s)
+    except (TimeoutError, httpx.TimeoutException):
         return CallResult(ok=False, error=f"timeout: no answer within {timeout_s:g}s")
     except httpx.HTTPError as exc:
         return CallResult(ok=False, error=f"connection failed: {type(exc).__name__}")
@@ -84,6 +70,39 @@ async def call(
     return CallResult(
         ok=False, status=status, error=f"{kind} HTTP {status}", retry_after_s=_retry_after(response)
     )
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    resolved: ssrf.Resolved,
+    body: str,
+    headers: dict[str, str],
+    extensions: dict[str, str],
+    timeout_s: float,
+) -> httpx.Response:
+    """POST to the checked addresses in turn until one takes the connection (a name with an IPv6
+    and an IPv4 address, one of them unreachable); the answer's body is read in part and closed."""
+    for index, address in enumerate(resolved.addresses):
+        request = client.build_request(
+            "POST",
+            resolved.url.with_address(address),
+            content=body.encode(),
+            headers=headers,
+            extensions=extensions,
+            timeout=timeout_s,
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.ConnectError:
+            if index == len(resolved.addresses) - 1:
+                raise
+            continue
+        try:
+            await _read_some(response)
+        finally:
+            await response.aclose()
+        return response
+    raise httpx.ConnectError("no address to connect to")  # resolve() never returns none
 
 
 async def _read_some(response: httpx.Response) -> None:
