@@ -29,6 +29,7 @@ from schema.models import WebhookEndpoint
 
 _endpoints = WebhookEndpoint.__table__  # type: ignore[attr-defined]
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://"
 ROTATION_OVERLAP_S = 24 * 3600
 """After a rotation, payloads carry the old secret's signature too for this long."""
 
@@ -46,7 +47,7 @@ class EndpointIn(BaseModel):
 class EndpointPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str | None = Field(default=None, min_length=1, max_length=ssrf.MAX_URL_CHARS)
+    url: str | None = Field(default=None, min_length=1, max_length=ssrf.MAX_URL_CHARS, pattern=URL_PATTERN)
     event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
     enabled: bool | None = Field(default=None, description="true also clears a disabled_reason")
 
