@@ -29,6 +29,7 @@ from api.routes import metrics as metrics_routes
 from api.routes import ops as ops_routes
 from api.routes import rate_limits as rate_limit_routes
 from api.routes import search as search_routes
+from api.routes import tracking as tracking_routes
 from api.routes import webhook_endpoints as webhook_endpoint_routes
 from api.routes import webhooks as webhook_routes
 from clarion.kafka import Publisher
@@ -97,6 +98,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(rate_limit_routes.router)
     app.include_router(webhook_routes.router)
     app.include_router(engagement_routes.router)
+    app.include_router(tracking_routes.router)
     app.include_router(webhook_endpoint_routes.router)
     app.include_router(key_routes.router)
     if settings.sandbox_enabled:

@@ -81,6 +81,8 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/unsubscribe"): (403, 404),
     ("post", "/v1/unsubscribe"): (403, 404),
     ("get", "/preferences"): (403, 404),
+    ("get", "/t/o/{token}"): (403, 404),
+    ("get", "/t/c/{token}"): (403, 404),
 }
 # Pages for people: their 403/404 are HTML pages (a link's token expired), not JSON.
 HTML_PAGES = {("get", "/preferences"), ("get", "/v1/unsubscribe")}

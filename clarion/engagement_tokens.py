@@ -47,28 +47,19 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def _sign(secret: str, payload: bytes) -> bytes:
-    return hmac.new(secret.encode(), _VERSION + payload, hashlib.sha256).digest()
-
-
-def make_engagement_token(
-    *, secret: str, tenant_id: str, notification_id: UUID, ttl_s: float, now_s: float | None = None
-) -> str:
-    """A token for reporting engagement on ``notification_id``, valid ``ttl_s`` seconds."""
-    expires = int((time.time() if now_s is None else now_s) + ttl_s)
-    claims = {"e": expires, "n": str(notification_id), "t": tenant_id}
+def sign_claims(*, version: bytes, secret: str, claims: dict[str, object]) -> str:
+    """``claims`` as compact JSON, signed under ``version`` (each kind of token has its own)."""
     payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
-    return f"{_b64(payload)}.{_b64(_sign(secret, payload))}"
+    signature = hmac.new(secret.encode(), version + payload, hashlib.sha256).digest()
+    return f"{_b64(payload)}.{_b64(signature)}"
 
 
-def verify_engagement_token(
-    token: str, *, secrets: Sequence[str], now_s: float | None = None
-) -> EngagementClaims:
-    """The claims of a genuine, unexpired engagement token; else :class:`InvalidToken`.
+def verify_claims(token: str, *, version: bytes, secrets: Sequence[str], max_chars: int) -> dict[str, object]:
+    """The JSON object a genuine token of ``version`` signs; else :class:`InvalidToken`.
 
     ``secrets`` is the current secret first, then previous ones still honoured after a rotation.
     """
-    if not token or len(token) > MAX_TOKEN_CHARS or token.count(".") != 1 or not token.isascii():
+    if not token or len(token) > max_chars or token.count(".") != 1 or not token.isascii():
         raise InvalidToken("malformed token")
     payload_text, signature_text = token.split(".")
     try:
@@ -78,13 +69,39 @@ def verify_engagement_token(
         raise InvalidToken("malformed token") from None
     matched = False
     for secret in secrets:  # no early exit: timing does not tell which secret matched
-        matched |= hmac.compare_digest(_sign(secret, payload), signature)
+        expected = hmac.new(secret.encode(), version + payload, hashlib.sha256).digest()
+        matched |= hmac.compare_digest(expected, signature)
     if not matched:
         raise InvalidToken("bad signature")
     try:
         claims = json.loads(payload)
-        tenant_id, expires = claims["t"], int(claims["e"])
-        notification_id = UUID(claims["n"])
+    except ValueError:
+        raise InvalidToken("malformed claims") from None
+    if not isinstance(claims, dict):
+        raise InvalidToken("malformed claims")
+    return claims
+
+
+def make_engagement_token(
+    *, secret: str, tenant_id: str, notification_id: UUID, ttl_s: float, now_s: float | None = None
+) -> str:
+    """A token for reporting engagement on ``notification_id``, valid ``ttl_s`` seconds."""
+    expires = int((time.time() if now_s is None else now_s) + ttl_s)
+    claims: dict[str, object] = {"e": expires, "n": str(notification_id), "t": tenant_id}
+    return sign_claims(version=_VERSION, secret=secret, claims=claims)
+
+
+def verify_engagement_token(
+    token: str, *, secrets: Sequence[str], now_s: float | None = None
+) -> EngagementClaims:
+    """The claims of a genuine, unexpired engagement token; else :class:`InvalidToken`.
+
+    ``secrets`` is the current secret first, then previous ones still honoured after a rotation.
+    """
+    claims = verify_claims(token, version=_VERSION, secrets=secrets, max_chars=MAX_TOKEN_CHARS)
+    try:
+        tenant_id, expires = claims["t"], int(claims["e"])  # type: ignore[call-overload]
+        notification_id = UUID(str(claims["n"]))
     except (ValueError, KeyError, TypeError):
         raise InvalidToken("malformed claims") from None
     if not isinstance(tenant_id, str):

@@ -73,3 +73,4 @@ class EngagementType(StrEnum):
     clicked = "clicked"
     unsubscribed = "unsubscribed"
     complained = "complained"
+    prefetched = "prefetched"  # an open pixel or link fetched by a proxy or scanner, not a person

@@ -29,6 +29,11 @@ class Tenant(SQLModel, table=True):
     name: str
     default_locale: str = Field(default="en", max_length=35)
     content_dedupe_window_s: int | None = Field(default=None)
+    email_tracking: bool = Field(
+        default=False,
+        sa_column_kwargs={"server_default": sa.false()},
+        description="Clarion's own email tracking",
+    )
     created_at: datetime | None = Field(default=None, sa_column=_now_col())
 
 
@@ -106,6 +111,9 @@ class Template(SQLModel, table=True):
     subject: str | None = Field(default=None, description="email subject or push title")
     body: str = Field(description="text body")
     html: str | None = Field(default=None, description="email HTML body")
+    track_email: bool | None = Field(
+        default=None, description="email tracking for this version; None: the tenant's"
+    )
     sample_data: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(JSONB, nullable=True))
     created_at: datetime | None = Field(default=None, sa_column=_now_col())
 
@@ -170,6 +178,9 @@ class Notification(SQLModel, table=True):
     error_code: str | None = Field(default=None, max_length=64)
     error_message: str | None = None
     content_hash: str | None = Field(default=None, max_length=64)
+    traceparent: str | None = Field(default=None, max_length=55)
+    """The W3C trace context of the notification's accept span, when the API traced it: the
+    relay republishes it with the message, so a worker's spans continue the same trace."""
     history: list[dict[str, Any]] = Field(
         default_factory=list, sa_column=sa.Column(JSONB, nullable=False, server_default="[]")
     )

@@ -17,6 +17,7 @@ from providers.registry import ProviderSet
 from schema.enums import Channel
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import build_content_dedupe
+from workers.email_tracking import EmailTracking
 from workers.engagement_token import PushEventToken
 from workers.preferences import PreferencesScreen
 from workers.quiet_hours import QuietHoursScreen
@@ -31,6 +32,7 @@ class Steps:
     unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None
     on_provider_error: Callable[[ProviderError], None] | None = None
     push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None
+    email_tracking: EmailTracking | None = None
 
 
 def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool, providers: ProviderSet) -> Steps:
@@ -64,4 +66,8 @@ def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool, pro
     steps.push_data = PushEventToken(
         secret=settings.secret_key.get_secret_value(), ttl_s=settings.engagement_token_ttl_s
     ).data
+    if channel is Channel.email:
+        steps.email_tracking = EmailTracking(
+            pool=pool, secret=settings.secret_key.get_secret_value(), base_url=settings.base_url
+        )
     return steps

@@ -99,6 +99,7 @@ class TemplateIn(_Request):
     html: str | None = None
     sample_data: dict[str, Any] | None = None
     activate: bool | None = None
+    track_email: bool | None = None
 
 
 class PreviewIn(_Request):
@@ -250,6 +251,7 @@ class Template(_Response):
     title: str | None
     body: str
     html: str | None
+    track_email: bool | None = None
     sample_data: dict[str, Any] | None
     created_at: datetime
 

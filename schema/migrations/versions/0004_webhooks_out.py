@@ -1,7 +1,7 @@
 """Outbound webhooks: tenants' endpoints, the event log and the delivery queue (daily partitions)
 
 Revision ID: 0004_webhooks_out
-Revises: 0004 (engagement)
+Revises: 0006 (email tracking)
 Create Date: 2026-11-25
 
 ``webhook_events`` and ``webhook_deliveries`` grow with every send, so both are range partitioned by
@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0004_webhooks_out"
-down_revision: str | None = "0004"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
