@@ -40,6 +40,8 @@ NOT_KEY_AUTHENTICATED = {
     ("POST", "/v1/webhooks/twilio/status"),
     ("POST", "/v1/webhooks/sendgrid/events"),
     ("POST", "/v1/device/events"),  # the push's signed token names tenant and notification
+    ("GET", "/t/o/{token}"),  # email tracking: the signed token names tenant, notification, link
+    ("GET", "/t/c/{token}"),
 }
 
 
