@@ -3,8 +3,8 @@ rotate the secret, delete.
 
 Every URL passes ``core.ssrf`` here (shape, then every resolved address public unless the operator
 allow-list names it) and again at every send. A tenant sees only its own endpoints: another
-tenant's id is simply not found. Enabling an endpoint Clarion disabled clears the reason and the
-failure streak; its deliveries left pending resume.
+tenant's id is simply not found. A disabled endpoint's pending deliveries are parked; enabling it
+(also one Clarion disabled: that clears the reason and the failure streak) resumes them.
 
 Errors: ``ApiError`` 422 ``url_invalid`` / ``url_unresolvable`` / ``url_not_allowed``, 409
 ``limit_reached`` (``CLARION_MAX_WEBHOOK_ENDPOINTS_PER_TENANT``), 404 ``not_found``.
@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
 from core import ssrf
-from core.webhook_events import EVENT_TYPES
+from core.webhook_events import EVENT_TYPES, PARK_PENDING, UNPARK_PENDING
 from core.webhook_signing import new_secret
 from schema.ids import uuid7
 from schema.models import WebhookEndpoint
@@ -179,8 +179,10 @@ async def update_endpoint(
                 _endpoints.update().where(_mine(tenant_id, endpoint_id)).values(**values).returning(*_COLUMNS)
             )
         ).first()
-    if row is None:
-        raise _not_found(endpoint_id)
+        if row is None:
+            raise _not_found(endpoint_id)
+        if patch.enabled is not None:
+            await conn.exec_driver_sql(UNPARK_PENDING if patch.enabled else PARK_PENDING, (endpoint_id,))
     return _out(row)
 
 

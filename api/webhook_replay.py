@@ -21,9 +21,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.errors import ApiError
+from core.webhook_events import PARKED_AT
 from schema.ids import uuid7_time
 
 MAX_REPLAY = 10_000
+_PARKED = datetime.fromisoformat(PARKED_AT)
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -60,7 +62,9 @@ class DeliveryOut(BaseModel):
     event_type: str
     state: str = Field(description="pending | delivered | failed | cancelled")
     attempts: int
-    next_attempt_at: datetime
+    next_attempt_at: datetime | None = Field(
+        description="when the next call is due (null: done, or parked while the endpoint is disabled)"
+    )
     last_attempt_at: datetime | None
     last_status: int | None
     last_error: str | None
@@ -122,7 +126,9 @@ async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, requ
 
 _DELIVERIES = sa.text(
     """
-    SELECT d.id, d.event_id, d.event_type, d.state, d.attempts, d.next_attempt_at, d.last_attempt_at,
+    SELECT d.id, d.event_id, d.event_type, d.state, d.attempts,
+           CASE WHEN d.state = 'pending' AND d.next_attempt_at < :parked THEN d.next_attempt_at END
+             AS next_attempt_at, d.last_attempt_at,
            d.last_status, d.last_error, d.delivered_at, d.replay, d.created_at
       FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.tenant_id = :t
      WHERE d.endpoint_id = :e
@@ -138,5 +144,6 @@ async def recent_deliveries(
     async with engine.connect() as conn:
         if (await conn.execute(_ENDPOINT, {"e": endpoint_id, "t": tenant_id})).first() is None:
             raise ApiError(404, "not_found", f"No webhook endpoint {endpoint_id}.")
-        rows = (await conn.execute(_DELIVERIES, {"e": endpoint_id, "t": tenant_id, "limit": limit})).all()
+        params = {"e": endpoint_id, "t": tenant_id, "limit": limit, "parked": _PARKED}
+        rows = (await conn.execute(_DELIVERIES, params)).all()
     return [DeliveryOut(**row._mapping) for row in rows]

@@ -76,6 +76,19 @@ SELECT gen_random_uuid(), e.id, ev.tenant_id, ev.id, ev.type, ev.body
 """
 
 
+# A disabled endpoint's pending deliveries wait at PARKED_AT, outside the claim's index range
+# (``next_attempt_at <= now()``): a large backlog of a disabled endpoint costs every claim nothing.
+PARKED_AT = "9999-01-01 00:00:00+00"
+PARK_PENDING = f"""
+UPDATE webhook_deliveries SET next_attempt_at = '{PARKED_AT}'
+ WHERE endpoint_id = $1 AND state = 'pending'
+"""
+UNPARK_PENDING = f"""
+UPDATE webhook_deliveries SET next_attempt_at = now()
+ WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at >= '{PARKED_AT}'
+"""
+
+
 def body_of(*, type: str, data: Mapping[str, Any], occurred_at: datetime) -> str:
     """The JSON text that is stored, signed and sent (ASCII: no byte can differ on the way)."""
     stamp = occurred_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

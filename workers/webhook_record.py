@@ -4,7 +4,8 @@
 - failure: the delivery waits ``backoff_s`` (exponential, jittered, at least a 429/503's
   Retry-After), or is ``failed`` after ``max_attempts`` calls; the endpoint's streak grows, and
   once it holds ``disable_after_failures`` calls over at least ``disable_after_s`` of failing, the
-  endpoint is disabled with the reason stored (``GET /v1/webhook-endpoints/{id}`` shows it).
+  endpoint is disabled with the reason stored (``GET /v1/webhook-endpoints/{id}`` shows it) and
+  its pending deliveries are parked until it is enabled again.
 - deferred (the endpoint's breaker is open, no call made): the delivery waits until the breaker
   lets a call through, and the claim's attempt is given back.
 
@@ -20,6 +21,7 @@ from datetime import datetime
 
 import asyncpg
 
+from core.webhook_events import PARK_PENDING
 from workers.record import storable
 from workers.webhook_claim import ClaimedDelivery
 from workers.webhook_send import CallResult
@@ -104,6 +106,8 @@ async def record_result(
             policy.disable_after_s,
             error or "unknown error",
         )
+        if disabled:
+            await conn.execute(PARK_PENDING, delivery.endpoint_id)
         return bool(disabled)
 
 

@@ -128,10 +128,18 @@ async def test_an_endpoint_failing_long_enough_is_disabled_and_says_why(
         assert {r["event_type"] for r in rows} == {"notification.opened"}
         await emit(engine, tenant.id)  # a disabled endpoint gets no new delivery
         assert len(await deliveries(local, endpoint_id)) == 2
+        parked = await deliveries(local, endpoint_id)
+        assert [(r["state"], r["next_attempt_at"]) for r in parked] == [("pending", None)] * 2, parked
+        assert receiver.calls == calls  # nothing was sent to it after it was disabled
+        # Fixed and enabled again: the deliveries it missed go out.
+        receiver.status = 204
+        enabled = (await local.patch(f"/v1/webhook-endpoints/{endpoint_id}", json={"enabled": True})).json()
+        assert (enabled["enabled"], enabled["disabled_reason"], enabled["failure_streak"]) == (True, None, 0)
+        await wait_until(lambda: _delivered(local, endpoint_id), 30)
     assert "4 consecutive failed deliveries" in str(body["disabled_reason"])
     assert "HTTP 500" in str(body["disabled_reason"])
     assert body["failure_streak"] == 4 and body["disabled_at"] is not None
-    assert receiver.calls == calls  # nothing was sent to it after it was disabled
+    assert len(receiver.counts()) == 2
 
 
 async def test_replay_from_a_time_or_an_event_resends_with_the_same_webhook_id(
