@@ -31,6 +31,7 @@ from api.routes import ops as ops_routes
 from api.routes import rate_limits as rate_limit_routes
 from api.routes import search as search_routes
 from api.routes import tracking as tracking_routes
+from api.routes import webhook_endpoints as webhook_endpoint_routes
 from api.routes import webhooks as webhook_routes
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
@@ -101,6 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
         engagement_routes.router,
         tracking_routes.router,
         analytics_routes.router,
+        webhook_endpoint_routes.router,
         key_routes.router,
     ]
     if settings.sandbox_enabled:

@@ -79,6 +79,16 @@ PROVIDER_WEBHOOK_EVENTS = Counter(
     "provider status/event and result (recorded, duplicate, ignored, unknown, rejected).",
     ["provider", "event", "result"],
 )
+WEBHOOK_CALLS = Counter(
+    "clarion_webhook_calls_total",
+    "Outbound webhook deliveries taken by `clarion webhooks`, by result: delivered, failed (a call "
+    "that got no 2xx), refused (SSRF rule at send, no call), deferred (endpoint breaker open, no call).",
+    ["result"],
+)
+WEBHOOK_ENDPOINTS_DISABLED = Counter(
+    "clarion_webhook_endpoints_disabled_total",
+    "Webhook endpoints disabled by Clarion after a failure streak.",
+)
 ENGAGEMENT_EVENTS = Counter(
     "clarion_engagement_events_total",
     "Engagement events counted (replays are not), by the notification's channel and the type "

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     p_worker = sub.add_parser("worker", help="run one channel's worker")
     p_worker.add_argument("channel", choices=[c.value for c in Channel])
     sub.add_parser("relay", help="run the outbox relay")
+    sub.add_parser("webhooks", help="send tenants' outbound webhooks (needs only the database)")
     p_db = sub.add_parser("db", help="database schema")
     p_db.add_argument("action", choices=["upgrade"])
     p_topics = sub.add_parser("topics", help="Kafka topics")
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         _keys(args, settings)
     elif args.command == "dlq":
         dlq_cli.run(args, settings)
+    elif args.command == "webhooks":
+        _run(lambda: runner.until_signal(lambda stop: runner.run_webhooks(settings, stop)))
     else:
         _need_bootstrap(settings)
         if args.command == "api":

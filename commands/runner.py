@@ -20,13 +20,17 @@ from api.relay import Relay
 from clarion import metrics
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
+from clarion.pg import create_pool
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
 from commands.api_workers import reuse_port_socket
+from core import ssrf
 from core.templates import install_default_templates
 from schema.db import create_engine, ensure_database, upgrade_async
 from schema.enums import Channel
 from workers.app import Worker
+from workers.webhook_delivery import DeliverySettings, WebhookDeliverer
+from workers.webhook_record import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +168,42 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
         await engine.dispose()
 
 
+def delivery_settings(settings: Settings) -> DeliverySettings:
+    """What ``clarion webhooks`` needs of the settings, typed."""
+    return DeliverySettings(
+        concurrency=settings.webhook_concurrency,
+        lease_s=settings.webhook_lease_s,
+        timeout_s=settings.webhook_timeout_s,
+        poll_interval_s=settings.webhook_poll_interval_s,
+        retention_days=settings.webhook_retention_days,
+        allow=ssrf.AllowList.parse(settings.webhook_allow_hosts),
+        policy=RetryPolicy(
+            max_attempts=settings.webhook_max_attempts,
+            base_s=settings.webhook_retry_base_s,
+            max_s=settings.webhook_retry_max_s,
+            disable_after_failures=settings.webhook_disable_after_failures,
+            disable_after_s=settings.webhook_disable_after_s,
+        ),
+        breaker=settings.retry.breaker,
+    )
+
+
+async def run_webhooks(settings: Settings, stop: Callable[[], Awaitable[None]]) -> None:
+    """Send tenants' webhook deliveries until ``stop()`` returns (``workers.webhook_delivery``)."""
+    metrics.serve_metrics(settings.metrics_port)
+    pool = await create_pool(settings.database_url, size=min(settings.db_pool_size, 10))
+    deliverer = WebhookDeliverer(pool=pool, settings=delivery_settings(settings))
+    task = asyncio.create_task(deliverer.run())
+    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+    try:
+        await stop()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await pool.close()
+
+
 @dataclass
 class DevInfo:
     api_url: str
@@ -181,7 +221,8 @@ def first_send_curl(api_url: str, api_key: str) -> str:
 
 
 async def dev(settings: Settings) -> None:
-    """Broker (unless one is configured), migrations, topics, dev tenant, API, every worker and the relay."""
+    """Broker (unless one is configured), migrations, topics, dev tenant, API, every worker, the relay
+    and the webhook sender."""
     broker: TansuBroker | None = None
     if not settings.kafka_bootstrap:
         broker = TansuBroker()
@@ -201,6 +242,7 @@ async def dev(settings: Settings) -> None:
             asyncio.create_task(serve_api(settings, stop, api_ready)),
             asyncio.create_task(run_workers(settings, list(Channel), stop, workers_ready)),
             asyncio.create_task(run_relay(settings, stop)),
+            asyncio.create_task(run_webhooks(settings, stop)),
         ]
         # The banner promises a working system: wait for the API to listen and every worker to
         # have joined its consumer group (or for a part to fail starting).

@@ -15,6 +15,9 @@ Guarantees:
 - bounded: a link is at most ``MAX_LINK_BYTES`` (callers cut or refuse longer ones), the markers
   kept per row at most ``SEEN_KEPT``; ``count`` saturates at 2**31 - 1.
 
+- each counted report is also a ``notification.<type>`` webhook event (``core.webhook_events``),
+  logged in the same transaction.
+
 Errors: asyncpg errors pass through (the caller's transaction decides).
 """
 
@@ -27,6 +30,7 @@ from uuid import UUID
 import asyncpg
 
 from core.analytics import ENGAGEMENT_COUNTS, RollupKey, add_counts, hour_of
+from core.webhook_events import WebhookEventIn, enqueue_events
 from schema.enums import EngagementType
 
 MAX_LINK_BYTES = 2048
@@ -112,6 +116,8 @@ async def record_engagement(*, conn: asyncpg.Connection, events: list[Engagement
         recorded.append(Recorded(event=event, counted=inserted is not None))
         if inserted:
             await _count_first(conn, event)
+    # The tenant's webhooks, in the same transaction: a counted report is an event, a replay is not.
+    await enqueue_events(conn, events=[webhook_event(r.event) for r in recorded if r.counted])
     return recorded
 
 
@@ -137,3 +143,20 @@ async def _count_first(conn: asyncpg.Connection, event: EngagementEvent) -> None
         category=n["category"] or "", provider=n["provider"] or "",
     )  # fmt: skip
     await add_counts(conn=conn, count=count, keys=[key])
+
+
+def webhook_event(event: EngagementEvent) -> WebhookEventIn:
+    """The ``notification.<type>`` webhook event of a counted engagement report."""
+    data = {
+        "notification_id": str(event.notification_id),
+        "type": event.type.value,
+        "link": cut_link(event.link) or None,
+        "source": event.source,
+    }
+    return WebhookEventIn(
+        tenant_id=event.tenant_id,
+        notification_id=event.notification_id,
+        type=f"notification.{event.type.value}",
+        data=data,
+        occurred_at=event.at,
+    )

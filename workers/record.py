@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 from uuid import UUID
 
@@ -17,6 +18,7 @@ import asyncpg
 
 from clarion import metrics
 from core.analytics import STATUS_COUNTS, RollupKey, add_counts, hour_of
+from core.webhook_events import WebhookEventIn, enqueue_events, outcome_event_type
 from schema.enums import Channel, Status
 from workers.outcome import Outcome
 
@@ -45,8 +47,8 @@ UPDATE notifications n
        AS v(id, status, calls, provider, provider_message_id, error_code, error_message, not_before, detail,
             content_hash)
  WHERE n.id = v.id AND n.status = 'sending'
-RETURNING n.tenant_id, n.created_at, n.channel, n.template, n.template_version, n.category, n.provider,
-          n.status
+RETURNING n.id, n.tenant_id, n.event_id, n.channel, n.status, n.provider, n.error_code, n.created_at,
+          n.template, n.template_version, n.category
 """
 
 ATTEMPT_COLUMNS = [
@@ -121,6 +123,32 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         await _count(conn, recorded)
         if attempts:
             await conn.copy_records_to_table("delivery_attempts", records=attempts, columns=ATTEMPT_COLUMNS)
+        # In the same transaction: a webhook event exists if and only if its outcome was stored.
+        await enqueue_events(conn, events=outcome_events(recorded))
+
+
+def outcome_events(recorded: Sequence[asyncpg.Record]) -> list[WebhookEventIn]:
+    """The webhook events of the outcomes ``RECORD`` stored (``sent`` and terminal failures)."""
+    now = datetime.now(UTC)
+    events = []
+    for row in recorded:
+        type_ = outcome_event_type(row["status"])
+        if type_ is None:
+            continue
+        data = {
+            "notification_id": str(row["id"]),
+            "event_id": row["event_id"],
+            "channel": row["channel"],
+            "status": row["status"],
+            "provider": row["provider"],
+            "error_code": row["error_code"],
+        }
+        events.append(
+            WebhookEventIn(
+                tenant_id=row["tenant_id"], notification_id=row["id"], type=type_, data=data, occurred_at=now
+            )
+        )
+    return events
 
 
 async def _count(conn: asyncpg.Connection, recorded: list[asyncpg.Record]) -> None:

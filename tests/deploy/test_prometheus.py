@@ -76,6 +76,7 @@ def test_scrape_configs_are_valid(tmp_path: Path, name: str) -> None:
         "clarion-api",
         "clarion-workers",
         "clarion-relay",
+        "clarion-webhooks",
     }
 
 
