@@ -13,6 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -153,6 +155,13 @@ def install_error_handlers(app: FastAPI) -> None:
             exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
         )  # fmt: skip
         return error_response(500, "internal_error", "Internal error.")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        """The client left before its body arrived (a load generator stopping, a mobile network):
+        nothing was accepted, nobody reads the answer. Not an error of ours: a debug line."""
+        log.debug("client left during %s %s", request.method, request.url.path)
+        return Response(status_code=499)
 
     # Database and network failures are answered here, not by the catch-all above: Starlette
     # re-raises what reaches that one to the server, and uvicorn then logs a traceback and closes

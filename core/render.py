@@ -254,6 +254,13 @@ THREAD_SLICE_MS = 10
 # behind its own earlier renders, and behind four bombs in the render box (up to 5 s each at nice 19
 # on a loaded machine) a request waited past a client's 10 s timeout.
 TURN_WAIT_S = 3.0
+# Sources whose last render took under CHEAP_MS of CPU render on the event loop, within INLINE_MS
+# (past it they go to the threads as any other): handing an ordinary ~0.1 ms render to a thread and
+# back cost more than the render (ThreadPoolExecutor.submit and the wake-ups were ~15% of a
+# worker's samples in py-spy under `bench.e2e`, 2026-11-25). INLINE_MS bounds what one render can
+# hold the loop for, whatever its data.
+CHEAP_MS = 1.0
+INLINE_MS = 2.0
 
 
 class _CpuDebt:
@@ -291,6 +298,7 @@ class Renderer:
         self._compile_cached = lru_cache(maxsize=cache_size)(self._compile)
         self._turns: dict[str, _Turn] = {}
         self._debts: dict[str, _CpuDebt] = {}
+        self._cheap: dict[tuple[str | None, str, str | None], bool] = {}  # sources -> last render was cheap
         self._box = RenderBox()
 
     def compile(self, source: str, *, html: bool = False) -> CompiledTemplate:
@@ -332,11 +340,14 @@ class Renderer:
             # Checked again with the turn: a render that waited for it must not run once the
             # request's budget or the tenant's share was spent meanwhile.
             _may_render(debt if cpu_share else None, budget)
+            key = (subject, body, html)
             try:
                 if cpu_share and debt.settle() > OWING_S:
                     content, spent_s = await self._box.render(
                         self, subject=subject, body=body, html=html, data=data, budget=budget
                     )
+                elif (inline := self._inline(call, key, debt)) is not None:
+                    content, spent_s = inline
                 elif cpu_share:
                     content, spent_s = await self._sliced(call, debt, subject, body, html, data, budget)
                 else:
@@ -344,8 +355,31 @@ class Renderer:
             except RenderError as exc:
                 debt.debt_s += exc.cpu_s
                 raise
+            if len(self._cheap) > 4_096:
+                self._cheap.clear()
+            self._cheap[key] = spent_s * 1000 < CHEAP_MS
             debt.debt_s += spent_s
             return content
+
+    def _inline(
+        self,
+        call: partial[tuple[RenderedContent, float]],
+        key: tuple[str | None, str, str | None],
+        debt: _CpuDebt,
+    ) -> tuple[RenderedContent, float] | None:
+        """Render on the event loop, within ``INLINE_MS``, sources whose last render took under
+        ``CHEAP_MS``; None when they are not known to be cheap or ran out of it (then they go to the
+        threads). Raises the ``RenderError`` of any other refusal."""
+        if not self._cheap.get(key):
+            return None
+        try:
+            return call(max_ms=INLINE_MS)
+        except RenderError as exc:
+            if not exc.timed_out:
+                raise
+            debt.debt_s += exc.cpu_s
+            self._cheap[key] = False
+            return None
 
     async def _sliced(
         self,

@@ -4,14 +4,42 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 import time
 import uuid
+
+# Random bytes drawn 4 KiB at a time: one getrandom() system call per id was 8% of a worker's
+# samples in py-spy under `bench.e2e` (2026-11-25; a system call costs ~20 us on this VM). The lock
+# keeps two threads from ever taking the same bytes.
+_POOL_BYTES = 4096
+_pool = b""
+_at = 0
+_lock = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """A forked child must not hand out the bytes its parent still holds (the same ids twice)."""
+    global _pool, _at
+    _pool, _at = b"", 0
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _random10() -> bytes:
+    global _pool, _at
+    with _lock:
+        if _at + 10 > len(_pool):
+            _pool, _at = os.urandom(_POOL_BYTES), 0
+        chunk = _pool[_at : _at + 10]
+        _at += 10
+        return chunk
 
 
 def uuid7() -> uuid.UUID:
     """A UUIDv7: 48-bit millisecond timestamp, then 74 random bits."""
     ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = int.from_bytes(_random10(), "big")
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= ((rand >> 62) & 0xFFF) << 64

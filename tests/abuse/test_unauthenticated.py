@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import httpx
 import pytest
 
 from api.auth import KeyCache
 from api.head_limit import HEAD_LIMIT_BYTES
-from harness.services import ApiServer
+from harness.services import ApiServer, wait_until
 from tests.fixtures.answers import refused
 from tests.fixtures.sends import email_send
 
@@ -120,3 +121,21 @@ async def test_a_send_that_is_not_json_is_a_415(client: httpx.AsyncClient, path:
     body = email_send() if path.endswith("notifications") else {"notifications": [email_send()]}
     response = await client.post(path, content=json.dumps(body), headers={"Content-Type": "text/plain"})
     refused(response, 415)
+
+
+async def test_a_client_leaving_mid_body_is_no_error(
+    api: ApiServer, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """wrk stopping mid-request logged 'unhandled ClientDisconnect' with a traceback per connection."""
+    caplog.set_level(logging.DEBUG, logger="api.errors")
+    _, writer = await asyncio.open_connection("127.0.0.1", api.settings.api_port)
+    key = client.headers["Authorization"]
+    writer.write(
+        b"POST /v1/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: {key}\r\nContent-Length: 1000\r\n\r\n".encode()
+        + b'{"event_id": "gone'
+    )
+    await writer.drain()
+    writer.close()
+    await wait_until(lambda: any("client left" in r.getMessage() for r in caplog.records))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

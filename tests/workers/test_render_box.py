@@ -208,3 +208,36 @@ async def test_a_request_budget_past_its_deadline_refuses_the_render() -> None:
         ).body == "x"
     finally:
         await renderer.aclose()
+
+
+async def test_cheap_sources_render_on_the_loop_until_their_data_makes_them_slow() -> None:
+    renderer = Renderer(max_render_ms=100)
+    body = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}x{% endfor %}"
+    key = (None, body, None)
+    try:
+        for _ in range(10):  # the first also compiles the template; a thread's first render costs more
+            content = await renderer.render_async(
+                subject=None, body=body, html=None, data={"n": 3}, cpu_share=False
+            )
+            assert content.body == "xxx"
+            if renderer._cheap.get(key):
+                break
+        assert renderer._cheap[key] is True  # the next render of these sources runs on the loop
+        with pytest.raises(RenderError) as caught:  # past INLINE_MS on the loop, past the limit on a thread
+            await renderer.render_async(
+                subject=None, body=body, html=None, data={"n": 100_000}, cpu_share=False
+            )
+        assert caught.value.code == "render_limit"
+        assert renderer._cheap[key] is False
+    finally:
+        await renderer.aclose()
+
+
+def test_ids_are_unique_across_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from schema.ids import uuid7
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = [i for batch in pool.map(lambda _: [uuid7() for _ in range(2_000)], range(8)) for i in batch]
+    assert len(set(ids)) == len(ids) == 16_000
