@@ -16,6 +16,7 @@ accepting them one by one, in order, would give.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -39,11 +40,22 @@ def transition(status: str, detail: str | None = None, at: datetime | None = Non
     return {"status": status, "at": (at or datetime.now(UTC)).isoformat(), "detail": detail}
 
 
+# Event ids are unique per tenant through ``notification_keys`` (the log is partitioned by day, so
+# no unique index can span it): a key is looked up over every day still kept, and a repeat is
+# recognised while its day's partition exists (CLARION_RETENTION_DAYS whole days, README).
+# The first lookup of a transaction also takes one advisory lock per key, in sorted order (the
+# one-time filter runs before the scan, whatever it finds): a concurrent first use of the same
+# key waits for this transaction, and INSERT below, a later statement, sees what it committed.
 EXISTING = """
-SELECT n.tenant_id, n.event_id, n.id, n.status, n.request_hash
-  FROM notifications n
-  JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, event_id)
-    ON n.tenant_id = k.tenant_id AND n.event_id = k.event_id
+SELECT k.tenant_id, k.event_id, k.notification_id AS id, k.request_hash,
+       coalesce((SELECT n.status FROM notifications n
+                  WHERE n.id = k.notification_id
+                    AND n.created_at >= k.day::timestamp AT TIME ZONE 'UTC'
+                    AND n.created_at < (k.day + 1)::timestamp AT TIME ZONE 'UTC'), 'expired') AS status
+  FROM notification_keys k
+  JOIN unnest($1::text[], $2::text[]) AS q(tenant_id, event_id)
+    ON k.tenant_id = q.tenant_id AND k.event_id = q.event_id
+ WHERE (SELECT count(pg_advisory_xact_lock(h)) FROM unnest($3::bigint[]) AS h) >= 0
 """
 UPSERT_USERS = """
 INSERT INTO users (id, tenant_id, external_id, email, phone, locale, timezone)
@@ -64,21 +76,49 @@ INSERT INTO devices (id, user_id, platform, token)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[])
 ON CONFLICT DO NOTHING
 """
+# The key first: a row of today's keys already there (a concurrent first use, which the lock made
+# wait) conflicts on the key's primary key; one of yesterday's (a first use just before midnight)
+# is found by NOT EXISTS, whose snapshot is taken after EXISTING took the locks. Either way the
+# notification is not written and the send is answered as a repeat.
 INSERT = """
+WITH v AS MATERIALIZED (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
+                         $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
+                         $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[])
+           AS v(id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
+                template_version, locale, content, data, send_at, expires_at, status, not_before, history)
+), keys AS (
+    INSERT INTO notification_keys (tenant_id, event_id, day, notification_id, request_hash)
+    SELECT v.tenant_id, v.event_id, (now() AT TIME ZONE 'UTC')::date, v.id, v.request_hash
+      FROM v
+     WHERE NOT EXISTS (SELECT 1 FROM notification_keys y
+                        WHERE y.day = (now() AT TIME ZONE 'UTC')::date - 1
+                          AND y.tenant_id = v.tenant_id AND y.event_id = v.event_id)
+    ON CONFLICT DO NOTHING
+    RETURNING notification_id
+)
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,
                            template, template_version, locale, content, data, send_at, expires_at, status,
                            not_before, history, attempts)
-SELECT id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
+SELECT v.id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
        template_version, locale, content::jsonb, data::jsonb, send_at, expires_at, status, not_before,
        history::jsonb, 0
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
-              $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
-              $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[])
-       AS v(id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
-            template_version, locale, content, data, send_at, expires_at, status, not_before, history)
-ON CONFLICT ON CONSTRAINT uq_notifications_event DO NOTHING
+  FROM v JOIN keys ON keys.notification_id = v.id
 RETURNING id
 """
+
+
+def key_locks(sends: Sequence[Submission]) -> list[int]:
+    """One advisory lock id per distinct (tenant, event id), sorted: every transaction takes its
+    locks in the same order, so two never wait on each other in a cycle."""
+    return sorted(
+        {
+            int.from_bytes(
+                hashlib.blake2b(f"event\0{t}\0{e}".encode(), digest_size=8).digest(), "big", signed=True
+            )
+            for t, e in (s.event_key for s in sends)
+        }
+    )
 
 
 async def accept_many(
@@ -93,10 +133,12 @@ async def accept_many(
     """
     decisions: list[AcceptDecision | None] = [None] * len(sends)
     todo = list(range(len(sends)))
+    locks = key_locks(sends)  # all of them in the first round: later rounds take none out of order
     async with conn.transaction():
         while todo:
             now, todo = _next_round(sends, todo)
-            await _accept_round(conn, renderer, sends, now, decisions)
+            await _accept_round(conn, renderer, sends, now, decisions, locks)
+            locks = []
     assert all(d is not None for d in decisions)
     return decisions  # type: ignore[return-value]
 
@@ -129,8 +171,9 @@ async def _accept_round(
     sends: Sequence[Submission],
     batch: list[int],
     decisions: list[AcceptDecision | None],
+    locks: list[int],
 ) -> None:
-    fresh = await _not_repeats(conn, sends, batch, decisions)
+    fresh = await _not_repeats(conn, sends, batch, decisions, locks)
     recipients = await find_recipients(conn, sends, fresh, decisions)
     await check_push_devices(conn, sends, recipients, decisions)
     versions = await check_content(conn, renderer, sends, recipients, decisions)
@@ -150,9 +193,10 @@ async def _not_repeats(
     sends: Sequence[Submission],
     batch: list[int],
     decisions: list[AcceptDecision | None],
+    locks: list[int],
 ) -> list[int]:
     """Decide the sends whose event id was used before; return the others."""
-    seen = await _existing(conn, [sends[i] for i in batch])
+    seen = await _existing(conn, [sends[i] for i in batch], locks)
     fresh = []
     for i in batch:
         row = seen.get(sends[i].event_key)
@@ -164,9 +208,11 @@ async def _not_repeats(
 
 
 async def _existing(
-    conn: asyncpg.Connection, sends: list[Submission]
+    conn: asyncpg.Connection, sends: list[Submission], locks: list[int]
 ) -> dict[tuple[str, str], asyncpg.Record]:
-    rows = await conn.fetch(EXISTING, [s.principal.tenant_id for s in sends], [s.req.event_id for s in sends])
+    rows = await conn.fetch(
+        EXISTING, [s.principal.tenant_id for s in sends], [s.req.event_id for s in sends], locks
+    )
     return {(r["tenant_id"], r["event_id"]): r for r in rows}
 
 
@@ -251,7 +297,7 @@ async def _insert_notifications(
     inserted = set(await _fetch_column(conn, INSERT, [list(column) for column in zip(*rows, strict=True)]))
     raced = [sends[i] for i, row in zip(order, rows, strict=True) if row[0] not in inserted]
     # A concurrent request with the same event_id won the race: answer as a repeat of it.
-    seen = await _existing(conn, raced) if raced else {}
+    seen = await _existing(conn, raced, []) if raced else {}
     for i, row, status in zip(order, rows, statuses, strict=True):
         send, notification_id = sends[i], row[0]
         if notification_id not in inserted:

@@ -45,6 +45,7 @@ from api.errors import ApiError
 from clarion import metrics
 from core.preferences import record_opt_outs
 from providers import twilio
+from schema.ids import created_window
 
 TWILIO_FINAL = frozenset({"delivered", "undelivered", "failed"})
 TWILIO_DEAD_CODES = twilio.DEAD_NUMBER_CODES
@@ -94,7 +95,7 @@ async def _opt_out(conn: asyncpg.Connection, opt_outs: Sequence[_OptOut]) -> Non
 # --- Twilio ---------------------------------------------------------------------------------------
 
 _FIND_SMS = """
-SELECT n.id, n.user_id, n.history, u.phone
+SELECT n.id, n.created_at, n.user_id, n.history, u.phone
   FROM notifications n JOIN users u ON u.id = n.user_id
  WHERE n.channel = 'sms'
    AND CASE WHEN $2::uuid IS NULL THEN n.provider_message_id = $1
@@ -108,7 +109,7 @@ UPDATE notifications
        error_code = coalesce($3, error_code),
        error_message = coalesce($4, error_message),
        updated_at = now()
- WHERE id = $1
+ WHERE id = $1 AND created_at = $5
 """
 
 
@@ -172,6 +173,7 @@ async def record_twilio_status(
             transition,  # the pool's jsonb codec encodes it
             code if dead else None,
             f"Twilio: {TWILIO_DEAD_CODES[code or '']} ({status})" if dead else None,
+            row["created_at"],
         )
         opt_out = (
             status != "delivered"
@@ -192,7 +194,7 @@ SELECT n.id, n.user_id, n.category, n.history, u.email, coalesce(c.required, fal
   FROM notifications n
   JOIN users u ON u.id = n.user_id
   LEFT JOIN categories c ON c.tenant_id = n.tenant_id AND c.name = n.category
- WHERE n.id = ANY($1::uuid[]) AND n.channel = 'email'
+ WHERE n.id = ANY($1::uuid[]) AND n.channel = 'email' AND n.created_at BETWEEN $2 AND $3
  ORDER BY n.id
  FOR UPDATE OF n
 """
@@ -201,7 +203,7 @@ _APPEND_EMAILS = """
 UPDATE notifications n
    SET history = n.history || v.added::jsonb, updated_at = now()
   FROM unnest($1::uuid[], $2::text[]) AS v(id, added)
- WHERE n.id = v.id
+ WHERE n.id = v.id AND n.created_at BETWEEN $3 AND $4
 """
 
 
@@ -347,7 +349,7 @@ async def record_sendgrid_events(
     if not wanted:
         return result
     async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(_FIND_EMAILS, list(wanted))
+        rows = await conn.fetch(_FIND_EMAILS, list(wanted), *created_window(wanted))
         ids: list[UUID] = []
         added: list[str] = []
         opt_outs: dict[tuple[UUID, str, str], _OptOut] = {}
@@ -373,7 +375,7 @@ async def record_sendgrid_events(
                 ids.append(row["id"])
                 added.append(json.dumps(transitions))
         if ids:
-            await conn.execute(_APPEND_EMAILS, ids, added)
+            await conn.execute(_APPEND_EMAILS, ids, added, *created_window(ids))
         await _opt_out(conn, list(opt_outs.values()))
     for events in wanted.values():  # not an email notification of ours
         result.unknown += len(events)

@@ -6,6 +6,7 @@ import datetime
 import os
 import time
 import uuid
+from collections.abc import Iterable
 
 
 def uuid7() -> uuid.UUID:
@@ -31,3 +32,26 @@ def uuid7_time(value: uuid.UUID) -> datetime.datetime:
         raise ValueError(f"not a UUIDv7: {value}")
     ms = value.int >> 80
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+# The log's ``created_at`` comes from the database's clock at the transaction's start, the id's
+# time from the API's clock just before: a day either side covers any skew between them.
+_SLACK = datetime.timedelta(days=1)
+_EARLIEST = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_LATEST = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
+
+
+def created_window(ids: Iterable[uuid.UUID]) -> tuple[datetime.datetime, datetime.datetime]:
+    """``(from, to)``: a ``created_at`` range that holds the rows of ``ids``, for a lookup by id to
+    add (``created_at BETWEEN from AND to``) so the planner searches only those days' partitions.
+
+    An id that is not a UUIDv7 (never one of Clarion's, but a caller may send any UUID) widens the
+    window to every day, so the lookup stays correct (and finds nothing)."""
+    times = []
+    for value in ids:
+        if value.version != 7:
+            return _EARLIEST, _LATEST
+        times.append(uuid7_time(value))
+    if not times:
+        return _EARLIEST, _EARLIEST
+    return min(times) - _SLACK, max(times) + _SLACK

@@ -17,6 +17,7 @@ import asyncpg
 
 from clarion import metrics
 from schema.enums import Channel, Status
+from schema.ids import created_window
 from workers.outcome import Outcome
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ UPDATE notifications n
               $8::timestamptz[], $9::text[], $10::text[])
        AS v(id, status, calls, provider, provider_message_id, error_code, error_message, not_before, detail,
             content_hash)
- WHERE n.id = v.id AND n.status = 'sending'
+ WHERE n.id = v.id AND n.status = 'sending' AND n.created_at BETWEEN $11 AND $12
 """
 
 ATTEMPT_COLUMNS = [
@@ -114,7 +115,7 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         for a in o.attempts
     ]
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(RECORD, *columns)
+        await conn.execute(RECORD, *columns, *created_window(o.notification_id for o in outcomes))
         if attempts:
             await conn.copy_records_to_table("delivery_attempts", records=attempts, columns=ATTEMPT_COLUMNS)
 

@@ -27,7 +27,9 @@ async def _diff(url: str) -> list[object]:
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync, opts=options), SQLModel.metadata)
+                lambda sync: compare_metadata(
+                    MigrationContext.configure(sync, opts=options), SQLModel.metadata
+                )
             )
     finally:
         await engine.dispose()

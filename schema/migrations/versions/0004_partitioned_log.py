@@ -92,7 +92,9 @@ def _days(bind: sa.Connection, queries: list[str]) -> list[dt.date]:
 
 def upgrade() -> None:
     bind = op.get_bind()
-    op.execute("ALTER TABLE delivery_attempts DROP CONSTRAINT IF EXISTS delivery_attempts_notification_id_fkey")
+    op.execute(
+        "ALTER TABLE delivery_attempts DROP CONSTRAINT IF EXISTS delivery_attempts_notification_id_fkey"
+    )
     op.execute("ALTER TABLE notifications DROP CONSTRAINT uq_notifications_event")
     for table, (key, _, pk) in LOG.items():
         op.execute(f"ALTER TABLE {table} RENAME TO {table}_old")
@@ -123,7 +125,7 @@ def upgrade() -> None:
         "SELECT tenant_id, event_id, (created_at AT TIME ZONE 'UTC')::date, id, request_hash "
         "FROM notifications_old"
     )
-    for table, sequence in SEQUENCES.items():
+    for sequence in SEQUENCES.values():
         op.execute(f"ALTER SEQUENCE {sequence} OWNED BY NONE")
     for table in LOG:
         op.execute(f"DROP TABLE {table}_old")
@@ -142,7 +144,7 @@ def downgrade() -> None:
             op.execute(f"DROP INDEX {statement.split()[2]}")
         op.execute(f"CREATE TABLE {table} (LIKE {table}_part INCLUDING DEFAULTS, PRIMARY KEY (id))")
         op.execute(f"INSERT INTO {table} SELECT * FROM {table}_part")
-    for table, sequence in SEQUENCES.items():
+    for sequence in SEQUENCES.values():
         op.execute(f"ALTER SEQUENCE {sequence} OWNED BY NONE")
     for table in LOG:
         op.execute(f"DROP TABLE {table}_part")
@@ -151,9 +153,7 @@ def downgrade() -> None:
     for table, sequence in SEQUENCES.items():
         op.execute(f"ALTER SEQUENCE {sequence} OWNED BY {table}.id")
     op.execute("DROP TABLE notification_keys")
-    op.execute(
-        "ALTER TABLE notifications ADD CONSTRAINT uq_notifications_event UNIQUE (tenant_id, event_id)"
-    )
+    op.execute("ALTER TABLE notifications ADD CONSTRAINT uq_notifications_event UNIQUE (tenant_id, event_id)")
     op.execute(
         "ALTER TABLE delivery_attempts ADD CONSTRAINT delivery_attempts_notification_id_fkey "
         "FOREIGN KEY (notification_id) REFERENCES notifications (id)"
