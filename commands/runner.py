@@ -19,6 +19,8 @@ from api.relay import Relay
 from clarion import metrics
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
+from clarion.log_maintenance import Maintainer, MaintenanceReport
+from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
 from core.templates import install_default_templates
@@ -150,15 +152,33 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
         stale_queued_s=settings.relay_stale_queued_s,
     )
     task = asyncio.create_task(relay.run())
+    maintainer = Maintainer(
+        asyncpg_dsn(settings.database_url),
+        retention_days=settings.retention_days,
+        partitions_ahead=settings.partition_days_ahead,
+        interval_s=settings.maintenance_interval_s,
+    )
+    upkeep = asyncio.create_task(maintainer.run(), name="clarion-log-maintenance")
     gc.freeze()  # what start-up built lives as long as the process (see serve_api)
     try:
         await stop()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for running in (task, upkeep):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         await publisher.close()
         await engine.dispose()
+
+
+async def maintain_once(settings: Settings) -> MaintenanceReport:
+    """``clarion maintain``: one run of the log's upkeep (for cron, beside or instead of the relay's)."""
+    return await Maintainer(
+        asyncpg_dsn(settings.database_url),
+        retention_days=settings.retention_days,
+        partitions_ahead=settings.partition_days_ahead,
+        interval_s=settings.maintenance_interval_s,
+    ).run_once()
 
 
 @dataclass

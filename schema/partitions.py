@@ -9,7 +9,7 @@ for want of a partition (``default_rows`` reports whether anything landed there)
 Errors: identifiers are never tenant input; ``ValueError`` for a name that is not a plain SQL
 identifier, asyncpg errors pass through unchanged.
 
-Not yet wired in: the notification log is still one unpartitioned table (see docs/partitioning.md).
+Wired in by ``clarion.log_maintenance`` for every table of the log (docs/partitioning.md).
 """
 
 from __future__ import annotations
