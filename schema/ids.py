@@ -11,7 +11,15 @@ from collections.abc import Iterable
 
 def uuid7() -> uuid.UUID:
     """A UUIDv7: 48-bit millisecond timestamp, then 74 random bits."""
-    ms = time.time_ns() // 1_000_000
+    return _uuid7(time.time_ns() // 1_000_000)
+
+
+def uuid7_at(when: datetime.datetime) -> uuid.UUID:
+    """A UUIDv7 carrying ``when`` (rows made for an earlier day: migrations, tests, benchmarks)."""
+    return _uuid7(int(when.timestamp() * 1000))
+
+
+def _uuid7(ms: int) -> uuid.UUID:
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
