@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -108,7 +108,7 @@ RETURNING id
 """
 
 
-def key_locks(sends: Sequence[Submission]) -> list[int]:
+def key_locks(keys: Iterable[tuple[str, str]]) -> list[int]:
     """One advisory lock id per distinct (tenant, event id), sorted: every transaction takes its
     locks in the same order, so two never wait on each other in a cycle."""
     return sorted(
@@ -116,7 +116,7 @@ def key_locks(sends: Sequence[Submission]) -> list[int]:
             int.from_bytes(
                 hashlib.blake2b(f"event\0{t}\0{e}".encode(), digest_size=8).digest(), "big", signed=True
             )
-            for t, e in (s.event_key for s in sends)
+            for t, e in keys
         }
     )
 
@@ -133,7 +133,9 @@ async def accept_many(
     """
     decisions: list[AcceptDecision | None] = [None] * len(sends)
     todo = list(range(len(sends)))
-    locks = key_locks(sends)  # all of them in the first round: later rounds take none out of order
+    locks = key_locks(
+        s.event_key for s in sends
+    )  # all of them in the first round: later rounds take none out of order
     async with conn.transaction():
         while todo:
             now, todo = _next_round(sends, todo)
