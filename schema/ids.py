@@ -47,18 +47,20 @@ def uuid7_time(value: uuid.UUID) -> datetime.datetime:
 _SLACK = datetime.timedelta(days=1)
 _EARLIEST = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _LATEST = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
+_LATEST_MS = int(_LATEST.timestamp() * 1000)
 
 
 def created_window(ids: Iterable[uuid.UUID]) -> tuple[datetime.datetime, datetime.datetime]:
     """``(from, to)``: a ``created_at`` range that holds the rows of ``ids``, for a lookup by id to
     add (``created_at BETWEEN from AND to``) so the planner searches only those days' partitions.
 
-    An id that is not a UUIDv7 (never one of Clarion's, but a caller may send any UUID) widens the
-    window to every day, so the lookup stays correct (and finds nothing)."""
+    An id that is not a UUIDv7, or one whose time is past year 9999 (never one of Clarion's, but a
+    caller may send any UUID), widens the window to every day, so the lookup stays correct (and
+    finds nothing)."""
     times = []
     for value in ids:
-        if value.version != 7:
-            return _EARLIEST, _LATEST
+        if value.version != 7 or value.int >> 80 >= _LATEST_MS:
+            return _EARLIEST, _LATEST  # a time past year 9999 is no datetime: a forged id
         times.append(uuid7_time(value))
     if not times:
         return _EARLIEST, _EARLIEST
