@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from api.accept_queue import AcceptQueue
 from api.allow import MethodCheck
 from api.auth import KeyCache
+from api.engagement_models import DeviceEngagementIn, EngagementIn
 from api.errors import BodySizeLimit, install_error_handlers
 from api.fast_route import FastRoute
 from api.ingress import IngressLimits, RateLimitHeaders
@@ -22,11 +23,13 @@ from api.outbox import Outbox
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
 from api.routes import dlq as dlq_routes
 from api.routes import docs as docs_routes
+from api.routes import engagement as engagement_routes
 from api.routes import keys as key_routes
 from api.routes import metrics as metrics_routes
 from api.routes import ops as ops_routes
 from api.routes import rate_limits as rate_limit_routes
 from api.routes import search as search_routes
+from api.routes import tracking as tracking_routes
 from api.routes import webhooks as webhook_routes
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
@@ -59,6 +62,8 @@ def create_app(settings: Settings) -> FastAPI:
             engine=engine, bootstrap=settings.kafka_bootstrap or "", retention_days=settings.retention_days
         )
         await outbox.start()
+        if settings.render_box_at_start:
+            await app.state.renderer.start_box()
         try:
             yield
         finally:
@@ -93,6 +98,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics_routes.router)
     app.include_router(rate_limit_routes.router)
     app.include_router(webhook_routes.router)
+    app.include_router(engagement_routes.router)
+    app.include_router(tracking_routes.router)
     app.include_router(key_routes.router)
     if settings.sandbox_enabled:
         app.include_router(sandbox.router)
@@ -115,7 +122,7 @@ def create_app(settings: Settings) -> FastAPI:
             webhook_routes.SENDGRID_EVENTS_PATH: webhook_routes.SENDGRID_EVENTS_MAX_BODY_BYTES,
         },
     )
-    _document_bodies(app, NotificationIn, BatchIn)
+    _document_bodies(app, NotificationIn, BatchIn, EngagementIn, DeviceEngagementIn)
     app.add_middleware(RateLimitHeaders)
     app.add_middleware(metrics_routes.RejectionCounter)
     return app

@@ -13,6 +13,7 @@ import phonenumbers
 from email_validator import EmailNotValidError, validate_email
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from api.engagement_models import EngagementOut
 from schema.enums import Channel, Platform, Priority
 
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
@@ -269,6 +270,10 @@ class NotificationOut(BaseModel):
     updated_at: datetime
     history: list[Transition]
     delivery_attempts: list[AttemptOut] = Field(default_factory=list)
+    engagement: list[EngagementOut] = Field(
+        default_factory=list,
+        description="what happened after the send, one entry per type and link (shown by GET of one notification)",
+    )
 
 
 class SandboxMessageOut(BaseModel):

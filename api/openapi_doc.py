@@ -67,6 +67,8 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/notifications"): (409, 415, 429),
     ("post", "/v1/notifications/batch"): (415, 429),
     ("post", "/v1/notifications/{notification_id}/cancel"): (409,),
+    ("post", "/v1/notifications/{notification_id}/events"): (415,),
+    ("post", "/v1/device/events"): (403, 404, 415),
     ("post", "/v1/templates"): (409,),
     ("post", "/v1/rate-limits"): (409,),
     ("post", "/v1/keys/{key_id}/revoke"): (409,),
@@ -79,6 +81,8 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/unsubscribe"): (403, 404),
     ("post", "/v1/unsubscribe"): (403, 404),
     ("get", "/preferences"): (403, 404),
+    ("get", "/t/o/{token}"): (403, 404),
+    ("get", "/t/c/{token}"): (403, 404),
 }
 # Pages for people: their 403/404 are HTML pages (a link's token expired), not JSON.
 HTML_PAGES = {("get", "/preferences"), ("get", "/v1/unsubscribe")}

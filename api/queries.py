@@ -8,17 +8,20 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.engagement_models import EngagementOut
 from api.models import AttemptOut, ErrorInfo, NotificationOut, SandboxMessageOut, Transition
 from schema.ids import created_window
-from schema.models import DeliveryAttempt, Notification, SandboxMessage, User
+from schema.models import DeliveryAttempt, Engagement, Notification, SandboxMessage, User
 
 _n = Notification.__table__  # type: ignore[attr-defined]
 _u = User.__table__  # type: ignore[attr-defined]
 _a = DeliveryAttempt.__table__  # type: ignore[attr-defined]
 _s = SandboxMessage.__table__  # type: ignore[attr-defined]
+_e = Engagement.__table__  # type: ignore[attr-defined]
+MAX_SHOWN = 200  # engagement rows shown: the types, and clicks on at most api.engagement.MAX_LINKS links
 
 
-def notification_out(row: Any, attempts: list[Any]) -> NotificationOut:
+def notification_out(row: Any, attempts: list[Any], engagement: list[Any] | None = None) -> NotificationOut:
     return NotificationOut(
         id=row.id,
         event_id=row.event_id,
@@ -37,6 +40,17 @@ def notification_out(row: Any, attempts: list[Any]) -> NotificationOut:
         updated_at=row.updated_at,
         history=[Transition.model_validate(h) for h in row.history],
         delivery_attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in attempts],
+        engagement=[
+            EngagementOut(
+                type=e.type,
+                link=e.link or None,
+                first_at=e.first_at,
+                last_at=e.last_at,
+                count=e.count,
+                source=e.source,
+            )
+            for e in engagement or ()
+        ],
     )
 
 
@@ -63,7 +77,19 @@ async def get_notification(
                 .order_by(_a.c.id)
             )
         ).all()
-    return notification_out(row, list(attempts))
+        engagement = (
+            await conn.execute(
+                sa.select(_e)
+                .where(
+                    _e.c.notification_id == notification_id,
+                    _e.c.tenant_id == tenant_id,
+                    _e.c.notification_created_at == row.created_at,  # one partition, not every day
+                )
+                .order_by(_e.c.first_at, _e.c.type, _e.c.link)
+                .limit(MAX_SHOWN)
+            )
+        ).all()
+    return notification_out(row, list(attempts), list(engagement))
 
 
 async def sandbox_messages(

@@ -172,10 +172,16 @@ class TenantSettingsIn(BaseModel):
         description="the same rendered content to the same user on the same channel within this many "
         "seconds is recorded as 'duplicate' and not sent; null turns content dedupe off",
     )
+    email_tracking: bool = Field(
+        default=False,
+        description="Clarion's own email tracking for every email of the tenant: links redirect through "
+        "/t/c/ and an open pixel /t/o/ is added to the HTML; a template version's track_email overrides it",
+    )
 
 
 class TenantSettingsOut(BaseModel):
     content_dedupe_window_s: int | None
+    email_tracking: bool
 
 
 def _values(rule: RateLimitIn) -> dict[str, Any]:
@@ -304,12 +310,16 @@ async def delete_rule(*, engine: AsyncEngine, tenant_id: str, rule_id: UUID) -> 
 async def get_tenant_settings(*, engine: AsyncEngine, tenant_id: str) -> TenantSettingsOut:
     """The tenant's delivery settings."""
     async with engine.connect() as conn:
-        window = (
+        row = (
             await conn.execute(
-                sa.select(_tenants.c.content_dedupe_window_s).where(_tenants.c.id == tenant_id)
+                sa.select(_tenants.c.content_dedupe_window_s, _tenants.c.email_tracking).where(
+                    _tenants.c.id == tenant_id
+                )
             )
-        ).scalar_one()
-    return TenantSettingsOut(content_dedupe_window_s=window)
+        ).one()
+    return TenantSettingsOut(
+        content_dedupe_window_s=row.content_dedupe_window_s, email_tracking=row.email_tracking
+    )
 
 
 async def update_tenant_settings(
@@ -317,12 +327,17 @@ async def update_tenant_settings(
 ) -> TenantSettingsOut:
     """Replace the tenant's delivery settings; workers apply them within a few seconds."""
     async with engine.begin() as conn:
-        window = (
+        row = (
             await conn.execute(
                 _tenants.update()
                 .where(_tenants.c.id == tenant_id)
-                .values(content_dedupe_window_s=settings.content_dedupe_window_s)
-                .returning(_tenants.c.content_dedupe_window_s)
+                .values(
+                    content_dedupe_window_s=settings.content_dedupe_window_s,
+                    email_tracking=settings.email_tracking,
+                )
+                .returning(_tenants.c.content_dedupe_window_s, _tenants.c.email_tracking)
             )
-        ).scalar_one()
-    return TenantSettingsOut(content_dedupe_window_s=window)
+        ).one()
+    return TenantSettingsOut(
+        content_dedupe_window_s=row.content_dedupe_window_s, email_tracking=row.email_tracking
+    )

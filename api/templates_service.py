@@ -49,6 +49,11 @@ class TemplateIn(BaseModel):
         default_factory=dict, description="data the template must render with"
     )
     activate: bool = Field(default=True, description="make this version the active one")
+    track_email: bool | None = Field(
+        default=None,
+        description="email only: Clarion's own email tracking for this version (links through /t/c/, an "
+        "open pixel); null follows the tenant's email_tracking setting",
+    )
 
     @model_validator(mode="after")
     def _parts_fit_channel(self) -> TemplateIn:
@@ -62,6 +67,8 @@ class TemplateIn(BaseModel):
                 raise ValueError(f"a {self.channel.value} template has no '{part}'")
         if self.channel is Channel.email and not self.subject:
             raise ValueError("an email template needs a 'subject'")
+        if self.track_email is not None and self.channel is not Channel.email:
+            raise ValueError("only an email template has 'track_email'")
         return self
 
 
@@ -90,6 +97,7 @@ class TemplateOut(BaseModel):
     title: str | None
     body: str
     html: str | None
+    track_email: bool | None
     sample_data: dict[str, Any]
     created_at: datetime
 
@@ -117,6 +125,7 @@ def _out(row: Any) -> TemplateOut:
         title=row.subject if push else None,
         body=row.body,
         html=row.html,
+        track_email=row.track_email,
         sample_data=row.sample_data or {},
         created_at=row.created_at,
     )
@@ -208,6 +217,7 @@ async def create_template(
                     subject=subject,
                     body=template.body,
                     html=template.html,
+                    track_email=template.track_email,
                     sample_data=template.sample_data,
                 )
                 .returning(_templates)

@@ -30,7 +30,14 @@ import asyncpg
 
 from clarion import metrics
 from schema.enums import TERMINAL_STATUSES, Status
-from schema.partitions import days_ahead, default_rows, drop_expired, ensure_ahead, existing_days
+from schema.partitions import (
+    days_ahead,
+    default_rows,
+    drop_day,
+    drop_expired,
+    ensure_ahead,
+    existing_days,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +47,12 @@ LIVE_NOTIFICATION = f"status IN ({_LIVE_STATUSES})"
 
 @dataclass(frozen=True, slots=True)
 class LogTable:
-    """A table of the log and the rows that keep a day of it past its retention."""
+    """A table of the log and the rows that keep a day of it past its retention; a table that
+    ``goes_with_log`` loses a day exactly when ``notifications`` does (its foreign key)."""
 
     name: str
     live_filter: str | None
+    goes_with_log: bool = False
 
 
 # In drop order: a day's keys before its notifications.
@@ -52,6 +61,7 @@ LOG_TABLES = (
         "notification_keys",
         f"notification_id IN (SELECT id FROM notifications WHERE {LIVE_NOTIFICATION})",
     ),
+    LogTable("engagement", None, goes_with_log=True),
     LogTable("notifications", LIVE_NOTIFICATION),
     LogTable("delivery_attempts", None),
     LogTable("sandbox_messages", None),
@@ -84,10 +94,19 @@ async def maintain(
     stray: dict[str, int] = {}
     for table in LOG_TABLES:
         created += await ensure_ahead(conn, parent=table.name, today=today, days_ahead=partitions_ahead)
+    followers = [t.name for t in LOG_TABLES if t.goes_with_log]
+
+    async def drop_followers(day: dt.date) -> None:
+        for name in followers:
+            dropped.extend(await drop_day(conn, parent=name, day=day))
+
     for table in LOG_TABLES:
+        if table.goes_with_log:
+            continue
         dropped += await drop_expired(
-            conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter
-        )
+            conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter,
+            before_drop=drop_followers if table.name == "notifications" else None,
+        )  # fmt: skip
     for table in LOG_TABLES:
         ahead[table.name] = await days_ahead(conn, parent=table.name, today=today)
         stray[table.name] = await default_rows(conn, parent=table.name)

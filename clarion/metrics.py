@@ -72,6 +72,12 @@ PROVIDER_WEBHOOK_EVENTS = Counter(
     "provider status/event and result (recorded, duplicate, ignored, unknown, rejected).",
     ["provider", "event", "result"],
 )
+ENGAGEMENT_EVENTS = Counter(
+    "clarion_engagement_events_total",
+    "Engagement events counted (replays are not), by the notification's channel and the type "
+    "(delivered, bounced, opened, clicked, unsubscribed, complained).",
+    ["channel", "type"],
+)
 
 # Queue gauges: refreshed from Kafka offsets and the log whenever the API's /metrics is scraped.
 CONSUMER_LAG = Gauge(

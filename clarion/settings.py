@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         gt=0,
         description="How long an unsubscribe or preference-page token stays valid, in seconds.",
     )
+    engagement_token_ttl_s: float = Field(
+        default=30 * 24 * 3600,
+        gt=0,
+        description="How long the token a push carries (data key `clarion_event_token`) lets the device "
+        "report opens and clicks of that push, in seconds.",
+    )
     max_body_bytes: int = Field(
         default=65536, ge=1024, description="Largest accepted request body, in bytes."
     )
@@ -169,6 +175,10 @@ class Settings(BaseSettings):
         ge=1,
         le=1_000_000,
         description="Template versions one tenant may hold, all names, channels and locales together.",
+    )
+    render_box_at_start: bool = Field(
+        default=True,
+        description="Start the API's render box (the child process that renders for tenants past their render CPU share) with the API rather than on first use, so its start-up does not land in the middle of a template attack.",
     )
     operator_token: SecretStr | None = Field(
         default=None,

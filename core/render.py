@@ -250,6 +250,10 @@ OWING_S = 0.05
 # `python -m chaos hostile --scale 0.2`, tenant A's accept p99 25-32 ms alone, 132-180 ms under
 # B's bombs with whole renders in threads. Ordinary templates take ~0.1 ms and never meet it.
 THREAD_SLICE_MS = 10
+# How long a render waits for its tenant's turn before it is refused: a tenant's requests queue
+# behind its own earlier renders, and behind four bombs in the render box (up to 5 s each at nice 19
+# on a loaded machine) a request waited past a client's 10 s timeout.
+TURN_WAIT_S = 3.0
 
 
 class _CpuDebt:
@@ -324,7 +328,7 @@ class Renderer:
                 del self._debts[name]
         debt = self._debts.setdefault(tenant or "", _CpuDebt())
         _may_render(debt if cpu_share else None, budget)
-        async with self.turn(tenant or ""):
+        async with self.turn(tenant or "", wait_s=TURN_WAIT_S if cpu_share else None):
             # Checked again with the turn: a render that waited for it must not run once the
             # request's budget or the tenant's share was spent meanwhile.
             _may_render(debt if cpu_share else None, budget)
@@ -364,11 +368,12 @@ class Renderer:
         return await self._box.render(self, subject=subject, body=body, html=html, data=data, budget=budget)
 
     @asynccontextmanager
-    async def turn(self, tenant: str) -> AsyncIterator[None]:
+    async def turn(self, tenant: str, *, wait_s: float | None = None) -> AsyncIterator[None]:
         """Hold ``tenant``'s place at the render threads (one render of a tenant at a time).
         Re-entrant within a task: a batch holds its tenant's turn for all its items, so its items
         do not queue one by one behind the tenant's other requests (20 loop bombs in a batch took
-        5-10 s that way while the tenant's other requests rendered between them)."""
+        5-10 s that way while the tenant's other requests rendered between them). With ``wait_s``,
+        raises ``RenderError`` (``render_limit``) when the turn did not come within that."""
         held = _HELD_TURNS.get()
         if tenant in held:
             yield
@@ -376,16 +381,28 @@ class Renderer:
         turn = self._turns.setdefault(tenant, _Turn())
         turn.waiting += 1
         try:
-            async with turn.lock:
+            try:
+                await asyncio.wait_for(turn.lock.acquire(), wait_s)
+            except TimeoutError:
+                raise _limit(
+                    "this tenant's earlier templates are still rendering; retry in a few seconds"
+                ) from None
+            try:
                 token = _HELD_TURNS.set(held | {tenant})
                 try:
                     yield
                 finally:
                     _HELD_TURNS.reset(token)
+            finally:
+                turn.lock.release()
         finally:
             turn.waiting -= 1
             if turn.waiting == 0:
                 self._turns.pop(tenant, None)  # no entry outlives its last render
+
+    async def start_box(self) -> None:
+        """Start the render box's process ahead of its first use (the API does, at start-up)."""
+        await self._box.start()
 
     async def aclose(self) -> None:
         """Stop the render box's process, if one was started."""

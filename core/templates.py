@@ -56,7 +56,7 @@ def locale_candidates(locale: str | None, default_locale: str = "en") -> list[st
 
 
 _RESOLVE_SQL = """
-SELECT locale, version, active, subject, body, html FROM templates
+SELECT locale, version, active, subject, body, html, track_email FROM templates
  WHERE tenant_id = $1 AND name = $2 AND channel = $3 AND lower(locale) = ANY($4::text[])
    AND (CASE WHEN $5::int IS NULL THEN active ELSE version = $5::int END)
 """
@@ -72,6 +72,7 @@ class TemplateSource:
     subject: str | None
     body: str
     html: str | None
+    track_email: bool | None = None  # Clarion's email tracking: None follows the tenant
 
 
 async def resolve_template(

@@ -62,3 +62,15 @@ class Scope(StrEnum):
     read = "read"
     admin = "admin"
     preferences = "preferences"
+
+
+class EngagementType(StrEnum):
+    """What happened to a notification after it was sent (one ``engagement`` row per type and link)."""
+
+    delivered = "delivered"
+    bounced = "bounced"
+    opened = "opened"
+    clicked = "clicked"
+    unsubscribed = "unsubscribed"
+    complained = "complained"
+    prefetched = "prefetched"  # an open pixel or link fetched by a proxy or scanner, not a person

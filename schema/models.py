@@ -34,6 +34,11 @@ class Tenant(SQLModel, table=True):
     name: str
     default_locale: str = Field(default="en", max_length=35)
     content_dedupe_window_s: int | None = Field(default=None)
+    email_tracking: bool = Field(
+        default=False,
+        sa_column_kwargs={"server_default": sa.false()},
+        description="Clarion's own email tracking",
+    )
     created_at: datetime | None = Field(default=None, sa_column=_now_col())
 
 
@@ -111,6 +116,9 @@ class Template(SQLModel, table=True):
     subject: str | None = Field(default=None, description="email subject or push title")
     body: str = Field(description="text body")
     html: str | None = Field(default=None, description="email HTML body")
+    track_email: bool | None = Field(
+        default=None, description="email tracking for this version; None: the tenant's"
+    )
     sample_data: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(JSONB, nullable=True))
     created_at: datetime | None = Field(default=None, sa_column=_now_col())
 
@@ -215,6 +223,47 @@ class DeliveryAttempt(SQLModel, table=True):
     error_message: str | None = None
     http_status: int | None = None
     provider_message_id: str | None = None
+
+
+class Engagement(SQLModel, table=True):
+    """What happened to a sent notification: one row per (notification, type, link), whoever reported it.
+
+    Range partitioned on ``notification_created_at`` (the notification's own ``created_at``, so a
+    day of engagement goes with the same day of the log, docs/partitioning.md); until the
+    partition loop runs every row is in ``engagement_default``, and the foreign key deletes the
+    rows with their notification.
+    """
+
+    __tablename__ = "engagement"
+    __table_args__ = (
+        # Composite: a key referenced on the partitioned log must include its partition key.
+        sa.ForeignKeyConstraint(
+            ["notification_id", "notification_created_at"],
+            ["notifications.id", "notifications.created_at"],
+            name="engagement_notification_fkey",
+            ondelete="CASCADE",
+        ),
+        {"postgresql_partition_by": "RANGE (notification_created_at)"},
+    )
+    # Key order: notification first (the read of one notification, and the cascade from it).
+    notification_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True, nullable=False))
+    type: str = Field(primary_key=True, max_length=12, description="schema.enums.EngagementType")
+    link: str = Field(
+        default="",
+        sa_column=sa.Column(sa.Text, primary_key=True, nullable=False, server_default=""),
+        description="the clicked URL ('' for every other type)",
+    )
+    tenant_id: str = Field(primary_key=True, max_length=64)
+    notification_created_at: datetime = Field(sa_column=sa.Column(TS, primary_key=True, nullable=False))
+    first_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
+    last_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
+    count: int = Field(default=1, sa_column=sa.Column(sa.Integer, nullable=False, server_default="1"))
+    source: str = Field(max_length=16, description="who reported it first: twilio, sendgrid, api, device")
+    seen: list[str] = Field(
+        default_factory=list,
+        sa_column=sa.Column(ARRAY(sa.Text), nullable=False, server_default="{}"),
+        description="markers of the latest reports counted (provider event ids): a replay is not counted twice",
+    )
 
 
 class RateLimitRule(SQLModel, table=True):

@@ -61,6 +61,7 @@ async def settings(database_url: str, kafka: TansuBroker) -> Settings:
         db_pool_size=8,
         metrics_token=METRICS_TOKEN,
         operator_token=OPERATOR_TOKEN,
+        render_box_at_start=False,  # one child process less per test API; chaos and bench start it
     )
 
 

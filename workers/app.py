@@ -254,11 +254,12 @@ class Worker:
             breakers=self.breakers,
             unsubscribe_url=steps.unsubscribe_url,
             on_provider_error=steps.on_provider_error,
+            push_data=steps.push_data,
         )
         self.pipeline = Pipeline(
             channel=self.channel,
             pool=pool,
-            content=Content(pool=pool, renderer=Renderer()),
+            content=Content(pool=pool, renderer=Renderer(), tracking=steps.email_tracking),
             sender=sender,
             policy=self.policy,
             lease_s=settings.lease_s,

@@ -13,28 +13,39 @@ import asyncpg
 from core.render import RenderedContent, Renderer, RenderError
 from core.templates import resolve_template
 from workers.claim import ClaimedNotification
+from workers.email_tracking import EmailTracking
 
-Source = tuple[str | None, str, str | None]  # subject (or push title), body, html
+Source = tuple[str | None, str, str | None, bool | None]  # subject (or push title), body, html, tracked
 
 
 class Content:
     """Renders claimed notifications of one worker; caches the stored templates it used."""
 
-    def __init__(self, *, pool: asyncpg.Pool, renderer: Renderer) -> None:
+    def __init__(
+        self, *, pool: asyncpg.Pool, renderer: Renderer, tracking: EmailTracking | None = None
+    ) -> None:
         self.pool = pool
         self.renderer = renderer
+        self.tracking = tracking  # Clarion's own email tracking (workers/email_tracking.py)
         self._templates: dict[tuple[str, str, str, str | None, int | None], Source] = {}
 
     async def render(self, n: ClaimedNotification) -> RenderedContent:
         """The rendered content; raises ``RenderError`` (also when the template is gone)."""
-        subject, body, html = await self._source(n)
-        return await self.renderer.render_async(
+        subject, body, html, track = await self._source(n)
+        content = await self.renderer.render_async(
             subject=subject, body=body, html=html, data=n.data, tenant=n.tenant_id, cpu_share=False
         )
+        if (
+            self.tracking is not None
+            and html is not None
+            and await self.tracking.tracks(n, template_says=track)
+        ):
+            content = self.tracking.apply(n, content)
+        return content
 
     async def _source(self, n: ClaimedNotification) -> Source:
         if n.content is not None:
-            return n.content.heading(n.channel), n.content.body, n.content.html
+            return n.content.heading(n.channel), n.content.body, n.content.html, None
         key = (n.tenant_id, str(n.template), n.channel.value, n.locale, n.template_version)
         source = self._templates.get(key)
         if source is None:
@@ -48,5 +59,10 @@ class Content:
             )
             if template is None:
                 raise RenderError("template_error", f"template '{n.template}' no longer exists")
-            source = self._templates[key] = (template.subject, template.body, template.html)
+            source = self._templates[key] = (
+                template.subject,
+                template.body,
+                template.html,
+                template.track_email,
+            )
         return source

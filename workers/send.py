@@ -44,6 +44,7 @@ class Sender:
         breakers: Breakers | None = None,
         unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None,
         on_provider_error: Callable[[ProviderError], None] | None = None,
+        push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None,
     ) -> None:
         self.channel = channel
         self.pool = pool
@@ -52,6 +53,7 @@ class Sender:
         self.breakers = breakers
         self.unsubscribe_url = unsubscribe_url
         self.on_provider_error = on_provider_error  # e.g. adaptive pacing slows down on a 429
+        self.push_data = push_data  # what Clarion adds to a push's data (the device's event token)
 
     async def send(
         self,
@@ -66,6 +68,10 @@ class Sender:
         unsubscribe = (
             self.unsubscribe_url(n) if self.unsubscribe_url and self.channel is Channel.email else None
         )
+        data: dict[str, str] = {}
+        if self.channel is Channel.push:
+            data = {k: str(v) for k, v in n.data.items()}
+            data.update(self.push_data(n) if self.push_data else {})
         for address in addresses:
             message = RenderedMessage(
                 notification_id=n.id,
@@ -78,7 +84,7 @@ class Sender:
                 subject=content.subject,
                 html=content.html,
                 platform=address.platform,
-                data={k: str(v) for k, v in n.data.items()} if self.channel is Channel.push else {},
+                data=data,
                 expires_at=n.expires_at,
                 unsubscribe_url=unsubscribe,
             )

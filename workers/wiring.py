@@ -17,6 +17,8 @@ from providers.registry import ProviderSet
 from schema.enums import Channel
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import build_content_dedupe
+from workers.email_tracking import EmailTracking
+from workers.engagement_token import PushEventToken
 from workers.preferences import PreferencesScreen
 from workers.quiet_hours import QuietHoursScreen
 from workers.steps import Gate, Screen
@@ -29,6 +31,8 @@ class Steps:
     gates: list[Gate] = field(default_factory=list)
     unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None
     on_provider_error: Callable[[ProviderError], None] | None = None
+    push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None
+    email_tracking: EmailTracking | None = None
 
 
 def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool, providers: ProviderSet) -> Steps:
@@ -58,4 +62,12 @@ def build_steps(*, settings: Settings, channel: Channel, pool: asyncpg.Pool, pro
         ),
     ]
     steps.on_provider_error = pacing.on_provider_error
+    # Every push carries a token its device may use to report the open (POST /v1/device/events).
+    steps.push_data = PushEventToken(
+        secret=settings.secret_key.get_secret_value(), ttl_s=settings.engagement_token_ttl_s
+    ).data
+    if channel is Channel.email:
+        steps.email_tracking = EmailTracking(
+            pool=pool, secret=settings.secret_key.get_secret_value(), base_url=settings.base_url
+        )
     return steps

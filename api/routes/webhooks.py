@@ -1,6 +1,6 @@
 """Provider webhooks: ``POST /v1/webhooks/twilio/status`` and ``POST /v1/webhooks/sendgrid/events``.
 
-No API key: each request is authenticated by the provider's signature (see ``api.webhooks``).
+No API key: each request is authenticated by the provider's signature (see ``api.webhooks`` and ``api.sendgrid_events``).
 """
 
 from __future__ import annotations
@@ -10,14 +10,8 @@ from uuid import UUID
 
 from fastapi import APIRouter, Request
 
-from api.webhooks import (
-    SENDGRID_SIGNATURE_HEADER,
-    SENDGRID_TIMESTAMP_HEADER,
-    TWILIO_SIGNATURE_HEADER,
-    WebhookResult,
-    record_sendgrid_events,
-    record_twilio_status,
-)
+from api.sendgrid_events import SENDGRID_SIGNATURE_HEADER, SENDGRID_TIMESTAMP_HEADER, record_sendgrid_events
+from api.webhooks import TWILIO_SIGNATURE_HEADER, WebhookResult, record_twilio_status
 from clarion.settings import Settings
 from providers.settings import TWILIO_STATUS_CALLBACK_PATH
 

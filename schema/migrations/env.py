@@ -7,13 +7,19 @@ import asyncio
 from alembic import context
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from schema import models
+from schema import models, partitions
 
 target_metadata = models.SQLModel.metadata
 
 
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
-    context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        compare_type=True,
+        include_name=partitions.include_name,
+        include_object=partitions.include_object,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

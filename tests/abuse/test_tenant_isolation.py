@@ -37,6 +37,7 @@ NOT_KEY_AUTHENTICATED = {
     ("GET", "/preferences"),
     ("POST", "/v1/webhooks/twilio/status"),
     ("POST", "/v1/webhooks/sendgrid/events"),
+    ("POST", "/v1/device/events"),  # the push's signed token names tenant and notification
 }
 
 
@@ -147,6 +148,7 @@ def _body(victim: Victim, schema: dict[str, Any] | None) -> Any:
         "RateLimitIn": {"scope": "recipient", "channel": "sms", "limit": 999, "period_s": 1},
         "TenantSettingsIn": {"content_dedupe_window_s": 60},
         "KeyIn": {"name": "b-key", "scopes": ["read"]},
+        "EngagementIn": {"type": "opened"},  # B reporting an open of A's notification
     }
     if name not in bodies:
         pytest.fail(f"teach test_tenant_isolation a body for the request schema '{name}'")
@@ -206,6 +208,7 @@ async def _assert_victim_unchanged(api_url: str, victim: Victim) -> None:
     ) as a:
         note = await _ok(await a.get(f"/v1/notifications/{victim.notification_id}"), 200)
         assert note["status"] == "sent", note
+        assert note["engagement"] == [], note  # B's report of an open was refused
         user = await _ok(await a.get(f"/v1/users/{victim.external_id}"), 200)
         assert user["email"] == victim.email, user
         assert victim.device_token in str(user), user

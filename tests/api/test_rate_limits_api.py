@@ -113,15 +113,24 @@ async def test_rules_and_tenant_settings_need_the_admin_scope(api: ApiServer, en
 
 
 async def test_content_dedupe_window_is_set_read_and_turned_off(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/v1/tenant/settings")).json() == {"content_dedupe_window_s": None}
+    assert (await client.get("/v1/tenant/settings")).json() == {
+        "content_dedupe_window_s": None,
+        "email_tracking": False,
+    }
     updated = await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": 300})
-    assert updated.status_code == 200 and updated.json() == {"content_dedupe_window_s": 300}
-    assert (await client.get("/v1/tenant/settings")).json() == {"content_dedupe_window_s": 300}
+    assert updated.status_code == 200 and updated.json() == {
+        "content_dedupe_window_s": 300,
+        "email_tracking": False,
+    }
+    assert (await client.get("/v1/tenant/settings")).json() == {
+        "content_dedupe_window_s": 300,
+        "email_tracking": False,
+    }
     assert_error(
         await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": 0}), 422, "validation_error"
     )
     off = await client.put("/v1/tenant/settings", json={"content_dedupe_window_s": None})
-    assert off.json() == {"content_dedupe_window_s": None}
+    assert off.json() == {"content_dedupe_window_s": None, "email_tracking": False}
 
 
 def pacing(**overrides: Any) -> dict[str, Any]:

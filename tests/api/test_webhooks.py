@@ -12,21 +12,27 @@ from uuid import UUID
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.datastructures import FormData
 from twilio.request_validator import RequestValidator
 
-from api.webhooks import sendgrid_signature_valid, twilio_signature_valid
+from api.sendgrid_events import sendgrid_signature_valid
+from api.webhooks import twilio_signature_valid
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import ApiServer, api_client
-from providers.settings import ProvidersSettings
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
-
-TWILIO_PATH = "/v1/webhooks/twilio/status"
-SENDGRID_PATH = "/v1/webhooks/sendgrid/events"
+from tests.fixtures.hooks import (
+    SENDGRID_PATH,
+    TWILIO_PATH,
+    Hooks,
+    callback,
+    event,
+    hooked_api,
+    sent_notification,
+    view,
+)
 
 # docs/providers.md 3.5 and 4.5.
 TWILIO_VECTOR = {
@@ -49,131 +55,16 @@ SENDGRID_VECTOR = {
 }
 
 
-class Hooks:
-    """An API whose Twilio auth token and SendGrid verification key are known to the test."""
-
-    def __init__(self, server: ApiServer, auth_token: str, sendgrid: FakeSendGrid) -> None:
-        self.server = server
-        self.auth_token = auth_token
-        self.sendgrid = sendgrid
-
-    @property
-    def twilio_url(self) -> str:
-        return self.server.url + TWILIO_PATH
-
-    async def twilio(
-        self, params: dict[str, str], *, signature: str | None = None, query: str = ""
-    ) -> httpx.Response:
-        url = self.twilio_url + (f"?{query}" if query else "")
-        if signature is None:
-            signature = RequestValidator(self.auth_token).compute_signature(url, params)
-        async with httpx.AsyncClient(timeout=10) as client:
-            return await client.post(url, data=params, headers={"X-Twilio-Signature": signature})
-
-    async def events(
-        self, events: list[dict[str, Any]], *, headers: dict[str, str] | None = None
-    ) -> httpx.Response:
-        payload = json.dumps(events).encode()
-        async with httpx.AsyncClient(timeout=10) as client:
-            return await client.post(
-                self.server.url + SENDGRID_PATH,
-                content=payload,
-                headers=headers if headers is not None else self.sendgrid.signed_headers(payload),
-            )
-
-
 @pytest.fixture(scope="module")
 async def hooks(settings: Settings) -> AsyncIterator[Hooks]:
-    auth_token = secrets.token_hex(16)
-    sendgrid = FakeSendGrid()  # only its signing key is used
-    providers = ProvidersSettings.model_validate(
-        {
-            "twilio": {
-                "account_sid": "AC" + secrets.token_hex(16),
-                "auth_token": auth_token,
-                "from_number": "+14155550199",
-            },
-            "sendgrid": {"webhook_public_key": sendgrid.public_key},
-        }
-    )
-    server = ApiServer(settings.model_copy(update={"providers": providers}))
-    await server.start()
-    yield Hooks(server, auth_token, sendgrid)
-    await server.stop()
-
-
-async def sent_notification(
-    engine: AsyncEngine,
-    tenant: TenantInfo,
-    *,
-    channel: str,
-    provider_message_id: str | None = None,
-    category: str = "orders",
-) -> tuple[str, str]:
-    """A user and a notification already ``sent`` through a provider; returns (notification id,
-    the user's external id)."""
-    external_id = f"u-{secrets.token_hex(4)}"
-    phone = "+1415555" + str(secrets.randbelow(9000) + 1000)
-    async with engine.begin() as conn:
-        user_id = (
-            await conn.execute(
-                sa.text(
-                    "INSERT INTO users (id, tenant_id, external_id, email, phone)"
-                    " VALUES (gen_random_uuid(), :t, :e, :email, :phone) RETURNING id"
-                ),
-                {"t": tenant.id, "e": external_id, "email": f"{external_id}@example.com", "phone": phone},
-            )
-        ).scalar_one()
-        history = [
-            {"status": "accepted", "at": "2026-01-01T00:00:00+00:00", "detail": None},
-            {"status": "sent", "at": "2026-01-01T00:00:01+00:00", "detail": None},
-        ]
-        nid = (
-            await conn.execute(
-                sa.text(
-                    "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel,"
-                    " category, priority, data, status, attempts, provider, provider_message_id, history)"
-                    " VALUES (gen_random_uuid(), :t, :ev, 'x', :u, :ch, :cat, 'normal', '{}'::jsonb, 'sent',"
-                    " 1, :p, :pmid, CAST(:h AS jsonb)) RETURNING id"
-                ),
-                {
-                    "t": tenant.id,
-                    "ev": f"evt-{secrets.token_hex(6)}",
-                    "u": user_id,
-                    "ch": channel,
-                    "cat": category,
-                    "p": "twilio" if channel == "sms" else "sendgrid",
-                    "pmid": provider_message_id,
-                    "h": json.dumps(history),
-                },
-            )
-        ).scalar_one()
-    return str(nid), external_id
-
-
-async def view(client: httpx.AsyncClient, nid: str) -> dict[str, Any]:
-    response = await client.get(f"/v1/notifications/{nid}")
-    assert response.status_code == 200, response.text
-    return dict(response.json())
+    async with hooked_api(settings) as h:
+        yield h
 
 
 async def opt_outs(client: httpx.AsyncClient, external_id: str) -> list[tuple[str, str]]:
     response = await client.get(f"/v1/users/{external_id}/preferences")
     assert response.status_code == 200, response.text
     return sorted((p["channel"], p["category"]) for p in response.json()["preferences"] if not p["opted_in"])
-
-
-def callback(sid: str, status: str, **extra: str) -> dict[str, str]:
-    return {
-        "AccountSid": "AC" + "0" * 32,
-        "ApiVersion": "2010-04-01",
-        "MessageSid": sid,
-        "SmsSid": sid,
-        "MessageStatus": status,
-        "SmsStatus": status,
-        "From": "+14155550199",
-        **extra,
-    }
 
 
 def provider_transitions(body: dict[str, Any]) -> list[str]:
@@ -347,20 +238,6 @@ async def test_callback_for_an_unknown_sid_is_404(hooks: Hooks) -> None:
 
 
 # --- SendGrid Event Webhook ------------------------------------------------------------------------
-
-
-def event(nid: str, kind: str, email: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "email": email,
-        "timestamp": int(time.time()),
-        "event": kind,
-        "sg_event_id": secrets.token_urlsafe(16),
-        "sg_message_id": "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",
-        "category": ["orders"],
-        "notification_id": nid,
-        "tenant_id": "t",
-        **extra,
-    }
 
 
 async def test_events_are_recorded_once_per_sg_event_id(

@@ -38,7 +38,7 @@ def at(day: dt.date, hh: int = 0, mm: int = 0, ss: int = 0, us: int = 0) -> dt.d
 
 
 async def log_send(conn: asyncpg.Connection, *, event_id: str, status: str, at: dt.datetime) -> None:
-    """A notification, its key, an attempt and a sandbox message, all stamped ``at``."""
+    """A notification, its key, its engagement, an attempt and a sandbox message, all stamped ``at``."""
     nid = uuid7()
     user = await conn.fetchval("SELECT id FROM users LIMIT 1")
     await conn.execute(
@@ -49,6 +49,11 @@ async def log_send(conn: asyncpg.Connection, *, event_id: str, status: str, at: 
     await conn.execute(
         "INSERT INTO notification_keys VALUES ('t', $1, $2, $3, 'h')", event_id, at.date(), nid
     )
+    await conn.execute(
+        "INSERT INTO engagement (notification_id, type, link, tenant_id, notification_created_at, first_at,"
+        " last_at, source) VALUES ($1, 'delivered', '', 't', $2, $2, $2, 'twilio')",
+        nid, at,
+    )  # fmt: skip
     await conn.execute(
         "INSERT INTO delivery_attempts (notification_id, attempt, provider, started_at, finished_at, outcome)"
         " VALUES ($1, 1, 'sandbox', $2, $2, 'sent')",
@@ -112,7 +117,10 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
     # Once it is sent, the next run drops its day too.
     await conn.execute("UPDATE notifications SET status = 'sent' WHERE event_id = 'next-month'")
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
-    assert report.dropped == [partition_name(t, old) for t in ("notification_keys", "notifications")]
+    # Its engagement goes with it, just before it (the foreign key would refuse the other order).
+    assert report.dropped == [
+        partition_name(t, old) for t in ("notification_keys", "engagement", "notifications")
+    ]
     assert await conn.fetchval("SELECT count(*) FROM notifications WHERE created_at < $1", at(today)) == 0
 
 

@@ -22,7 +22,7 @@ from clarion_client import (
     ServiceUnavailableError,
 )
 from clarion_client._core import retry_after_s
-from clarion_client.models import SCHEMAS, Notification, Recipient
+from clarion_client.models import SCHEMAS, EngagementReport, Notification, Recipient
 from pydantic import BaseModel
 
 from harness.services import ApiServer, wait_until
@@ -63,6 +63,16 @@ async def test_the_client_models_match_the_openapi_document(client: httpx.AsyncC
         if not is_request and not _required(model) <= api_required:
             drift[model.__name__ + " required"] = sorted(_required(model) - api_required)
     assert drift == {}
+
+
+async def test_the_client_reports_an_open_once(api: ApiServer, tenant: TenantInfo) -> None:
+    async with AsyncClarion(tenant.key, api.url) as clarion:
+        accepted = await clarion.send(first_send())
+        first = await clarion.report_engagement(accepted.id, {"type": "opened"})
+        again = await clarion.report_engagement(accepted.id, EngagementReport(type="opened"))
+        shown = await clarion.get_notification(accepted.id)
+    assert (first.duplicate, again.duplicate, again.count) == (False, True, 1)
+    assert [(e.type, e.count, e.source) for e in shown.engagement] == [("opened", 1, "api")]
 
 
 async def test_first_send_with_the_sync_client(api: ApiServer, tenant: TenantInfo) -> None:

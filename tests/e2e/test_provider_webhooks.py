@@ -154,3 +154,35 @@ async def test_hard_bounce_opts_the_user_out_so_the_next_email_is_suppressed(hoo
     again = (await hooked.client.post("/v1/notifications", json=email_send(user=user))).json()["id"]
 
     assert (await wait_status(hooked.client, again, "suppressed"))["delivery_attempts"] == []
+
+
+async def test_email_opens_and_clicks_reported_by_sendgrid_are_engagement_counted_once_per_event(
+    hooked: HookedStack,
+) -> None:
+    address = f"reader-{secrets.token_hex(3)}@example.com"
+    body = email_send(user={"id": f"u-{secrets.token_hex(3)}", "email": address})
+    nid = (await hooked.client.post("/v1/notifications", json=body)).json()["id"]
+    await wait_report(hooked.client, nid, "sendgrid", "delivered")
+    [delivered] = [
+        e for post in hooked.sendgrid.event_posts for e in post.events
+        if e.get("notification_id") == nid and e["event"] == "delivered"
+    ]  # fmt: skip
+    common = {k: v for k, v in delivered.items() if k not in ("event", "response", "sg_event_id")}
+    url = "https://shop.example.com/orders/123"
+    reading = [
+        {**common, "event": "open", "sg_event_id": secrets.token_urlsafe(16)},
+        {**common, "event": "click", "url": url, "sg_event_id": secrets.token_urlsafe(16)},
+    ]
+
+    first = await hooked.sendgrid.post_events(reading)
+    replayed = await hooked.sendgrid.post_events(reading)  # SendGrid retries a batch it thinks failed
+
+    assert (first.status, replayed.status) == (200, 200)
+    shown = await status_of(hooked.client, nid)
+    engagement = {(e["type"], e["link"]): (e["count"], e["source"]) for e in shown["engagement"]}
+    assert engagement == {
+        ("delivered", None): (1, "sendgrid"),
+        ("opened", None): (1, "sendgrid"),
+        ("clicked", url): (1, "sendgrid"),
+    }
+    assert shown["status"] == "sent"

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from clarion.broker import TansuBroker
+from clarion.engagement_tokens import PUSH_DATA_KEY
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
@@ -165,3 +166,31 @@ async def test_unregistered_apns_token_fails_the_send_and_retires_the_device(rea
     )
     assert again.status_code == 422 and again.json()["error"]["code"] == "no_device"
     assert (await status_of(real.client, nid))["attempts"] == 1
+
+
+async def test_a_push_carries_its_event_token_and_the_device_reports_the_open_with_it(
+    real: RealStack,
+) -> None:
+    apns_token, fcm_token = secrets.token_hex(32), "fcm-" + secrets.token_urlsafe(40)
+    user = {
+        "id": f"u-{secrets.token_hex(3)}",
+        "devices": [{"platform": "apns", "token": apns_token}, {"platform": "fcm", "token": fcm_token}],
+    }
+    send = email_send(channel="push", user=user, data={"order_id": "7"})
+    nid = (await real.client.post("/v1/notifications", json=send)).json()["id"]
+    await wait_status(real.client, nid, "sent")
+    [apns_call] = [r for r in real.apns.requests if r.path.endswith(apns_token)]
+    [fcm_call] = [
+        r for r in real.fcm.requests if r.path.endswith(":send") and r.body["message"]["token"] == fcm_token
+    ]
+    tokens = {apns_call.body[PUSH_DATA_KEY], fcm_call.body["message"]["data"][PUSH_DATA_KEY]}
+    assert fcm_call.body["message"]["data"]["order_id"] == "7"  # the tenant's data is kept beside it
+
+    base_url = str(real.client.base_url)
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as device:  # no API key
+        for token in tokens:  # both devices report the same open: one event
+            response = await device.post("/v1/device/events", json={"token": token, "type": "opened"})
+            assert response.status_code == 200, response.text
+    shown = await status_of(real.client, nid)
+    assert [(e["type"], e["count"], e["source"]) for e in shown["engagement"]] == [("opened", 1, "device")]
+    assert shown["status"] == "sent"

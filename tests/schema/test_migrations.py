@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import re
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from harness.services import drop_database, fresh_database
+from schema import partitions
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
-
-PARTITION = re.compile(r"_(p\d{8}|default)$")
-
-
-def _not_a_partition(name: str | None, type_: str, _: object) -> bool:
-    """The models describe the partitioned parents; their day partitions are the loop's business."""
-    return not (type_ == "table" and name is not None and PARTITION.search(name))
 
 
 async def _diff(url: str) -> list[object]:
     engine = create_async_engine(url)
-    options = {"include_name": _not_a_partition}
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(
                 lambda sync: compare_metadata(
-                    MigrationContext.configure(sync, opts=options), SQLModel.metadata
+                    MigrationContext.configure(
+                        sync,
+                        opts={
+                            "include_name": partitions.include_name,
+                            "include_object": partitions.include_object,
+                        },
+                    ),
+                    SQLModel.metadata,
                 )
             )
     finally:

@@ -1,4 +1,4 @@
-"""Migration 0004 on a database filled by the previous schema: every row of every status is kept,
+"""Migration 0004 on a database filled by the previous schema (0005): every row of every status is kept,
 lands in its day's partition, and the API still finds it (and still knows its event id)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DAY = dt.timedelta(days=1)
 async def old_database() -> AsyncIterator[str]:
     url = pg_url(f"clarion_mig4_{secrets.token_hex(3)}")
     await ensure_database(url)
-    await asyncio.to_thread(upgrade, url, "0003")
+    await asyncio.to_thread(upgrade, url, "0005")
     try:
         yield url
     finally:
@@ -40,8 +40,8 @@ async def old_database() -> AsyncIterator[str]:
 
 
 async def fill(conn: asyncpg.Connection, tenant_id: str) -> dict[str, tuple[str, str, dt.datetime]]:
-    """One notification per status, on days from 20 days ago to today, each with two attempts
-    and a sandbox message; returns {id: (event id, status, created_at)}."""
+    """One notification per status, on days from 20 days ago to today, each with two attempts,
+    a sandbox message and an engagement row; returns {id: (event id, status, created_at)}."""
     user = uuid7()
     await conn.execute(
         "INSERT INTO users (id, tenant_id, external_id, email) VALUES ($1, $2, 'u-1', 'ada@example.com')",
@@ -72,6 +72,11 @@ async def fill(conn: asyncpg.Connection, tenant_id: str) -> dict[str, tuple[str,
             " provider_message_id, created_at) VALUES ($1, $2, 'email', 'ada@example.com', 'hi', $3, $4)",
             nid, tenant_id, f"sb-{i}", created,
         )  # fmt: skip
+        await conn.execute(
+            "INSERT INTO engagement (notification_id, type, link, tenant_id, notification_created_at, first_at,"
+            " last_at, source) VALUES ($1, 'delivered', '', $2, $3, $3, $3, 'sendgrid')",
+            nid, tenant_id, created,
+        )  # fmt: skip
         rows[str(nid)] = (event_id, status.value, created)
     return rows
 
@@ -89,10 +94,17 @@ async def test_upgrade_keeps_every_row_and_the_api_finds_them(old_database: str,
         assert await conn.fetchval("SELECT count(*) FROM delivery_attempts") == 2 * len(Status)
         assert await conn.fetchval("SELECT count(*) FROM sandbox_messages") == len(Status)
         assert await conn.fetchval("SELECT count(*) FROM notification_keys") == len(Status)
+        assert await conn.fetchval("SELECT count(*) FROM engagement") == len(Status)
         placed = await conn.fetch("SELECT id, tableoid::regclass::text AS part FROM notifications")
         for r in placed:
             assert r["part"] == partition_name("notifications", rows[str(r["id"])][2].date())
-        for table in ("notifications", "delivery_attempts", "sandbox_messages", "notification_keys"):
+        for table in (
+            "notifications",
+            "delivery_attempts",
+            "sandbox_messages",
+            "notification_keys",
+            "engagement",
+        ):
             assert await default_rows(conn, parent=table) == 0
         # The sequences carried over: a new attempt does not reuse an id.
         newest = await conn.fetchval(

@@ -12,6 +12,8 @@ from clarion_client.models import (
     Cancelled,
     Device,
     DeviceOut,
+    EngagementRecorded,
+    EngagementReport,
     Notification,
     NotificationStatus,
     Preference,
@@ -41,6 +43,11 @@ def get_notification(notification_id: UUID | str) -> Call:
 
 def cancel(notification_id: UUID | str) -> Call:
     return Call("POST", f"/v1/notifications/{segment(str(notification_id))}/cancel", parse=Cancelled)
+
+
+def report_engagement(notification_id: UUID | str, report: EngagementReport | dict[str, Any]) -> Call:
+    path = f"/v1/notifications/{segment(str(notification_id))}/events"
+    return Call("POST", path, body(report, EngagementReport), parse=EngagementRecorded)
 
 
 def put_user(external_id: str, profile: UserProfile | dict[str, Any]) -> Call:

@@ -35,6 +35,8 @@ from clarion_client.models import (
     Cancelled,
     Device,
     DeviceOut,
+    EngagementRecorded,
+    EngagementReport,
     NotificationStatus,
     Preference,
     Preferences,
@@ -127,6 +129,13 @@ class Clarion:
 
     def cancel(self, notification_id: UUID | str) -> Cancelled:
         result: Cancelled = self._do(calls.cancel(notification_id))
+        return result
+
+    def report_engagement(
+        self, notification_id: UUID | str, report: EngagementReport | dict[str, Any]
+    ) -> EngagementRecorded:
+        """Report an open or click your app saw; the same report again is ``duplicate``, not counted."""
+        result: EngagementRecorded = self._do(calls.report_engagement(notification_id, report))
         return result
 
     # Users and preferences
@@ -248,6 +257,13 @@ class AsyncClarion:
 
     async def cancel(self, notification_id: UUID | str) -> Cancelled:
         result: Cancelled = await self._do(calls.cancel(notification_id))
+        return result
+
+    async def report_engagement(
+        self, notification_id: UUID | str, report: EngagementReport | dict[str, Any]
+    ) -> EngagementRecorded:
+        """Report an open or click your app saw; the same report again is ``duplicate``, not counted."""
+        result: EngagementRecorded = await self._do(calls.report_engagement(notification_id, report))
         return result
 
     async def put_user(self, external_id: str, profile: UserProfile | dict[str, Any]) -> User:

@@ -99,6 +99,7 @@ class TemplateIn(_Request):
     html: str | None = None
     sample_data: dict[str, Any] | None = None
     activate: bool | None = None
+    track_email: bool | None = None
 
 
 class PreviewIn(_Request):
@@ -155,6 +156,30 @@ class Attempt(_Response):
     provider_message_id: str | None = None
 
 
+class Engagement(_Response):
+    """What happened after the send: one per type (and clicked link), with its first/last time."""
+
+    type: Literal["delivered", "bounced", "opened", "clicked", "unsubscribed", "complained"]
+    link: str | None
+    first_at: datetime
+    last_at: datetime
+    count: int
+    source: str
+
+
+class EngagementRecorded(Engagement):
+    notification_id: UUID
+    duplicate: bool
+
+
+class EngagementReport(_Request):
+    """An open or a click a person made, as your backend saw it (``report_engagement``)."""
+
+    type: Literal["opened", "clicked"]
+    link: str | None = None
+    occurred_at: datetime | None = None
+
+
 class NotificationStatus(_Response):
     id: UUID
     event_id: str
@@ -173,6 +198,7 @@ class NotificationStatus(_Response):
     updated_at: datetime
     history: list[Transition]
     delivery_attempts: list[Attempt] = []
+    engagement: list[Engagement] = []
 
 
 class Cancelled(_Response):
@@ -225,6 +251,7 @@ class Template(_Response):
     title: str | None
     body: str
     html: str | None
+    track_email: bool | None = None
     sample_data: dict[str, Any] | None
     created_at: datetime
 
@@ -258,6 +285,9 @@ SCHEMAS: dict[type[BaseModel], str] = {
     Transition: "Transition",
     Attempt: "AttemptOut",
     NotificationStatus: "NotificationOut",
+    Engagement: "EngagementOut",
+    EngagementRecorded: "EngagementRecorded",
+    EngagementReport: "EngagementIn",
     Cancelled: "Cancelled",
     DeviceOut: "DeviceOut",
     User: "UserOut",

@@ -10,11 +10,15 @@ old table dropped. The serial sequences move over to the new tables, so ids carr
 ``delivery_attempts`` loses its foreign key to ``notifications`` (a referenced key must include
 the partition key); attempts are written only by the worker holding the notification's claim.
 
+``engagement`` (partitioned from its first migration, every row still in its default partition)
+gets its day partitions too, and its foreign key becomes composite,
+``(notification_id, notification_created_at) -> notifications (id, created_at)``.
+
 Downgrade copies every row back; it fails if an event id was used twice after the upgrade (once a
 day's keys expired), as the old unique constraint would refuse it.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-25
 """
 
@@ -24,8 +28,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -95,6 +99,9 @@ def upgrade() -> None:
     op.execute(
         "ALTER TABLE delivery_attempts DROP CONSTRAINT IF EXISTS delivery_attempts_notification_id_fkey"
     )
+    op.execute("ALTER TABLE engagement DROP CONSTRAINT IF EXISTS engagement_notification_id_fkey")
+    op.execute("ALTER TABLE engagement DETACH PARTITION engagement_default")
+    op.execute("ALTER TABLE engagement_default RENAME TO engagement_old")
     op.execute("ALTER TABLE notifications DROP CONSTRAINT uq_notifications_event")
     for table, (key, _, pk) in LOG.items():
         op.execute(f"ALTER TABLE {table} RENAME TO {table}_old")
@@ -105,7 +112,11 @@ def upgrade() -> None:
             f"CREATE TABLE {table} (LIKE {table}_old INCLUDING DEFAULTS, PRIMARY KEY ({pk})) "
             f"PARTITION BY RANGE ({key})"
         )
-    days = _days(bind, [f"SELECT {day} FROM {table}_old" for table, (_, day, _) in LOG.items()])
+    days = _days(
+        bind,
+        [f"SELECT {day} FROM {table}_old" for table, (_, day, _) in LOG.items()]
+        + ["SELECT (notification_created_at AT TIME ZONE 'UTC')::date FROM engagement_old"],
+    )
     op.execute(
         """CREATE TABLE notification_keys (
                tenant_id VARCHAR NOT NULL,
@@ -116,10 +127,11 @@ def upgrade() -> None:
                PRIMARY KEY (tenant_id, event_id, day)
            ) PARTITION BY RANGE (day)"""
     )
-    for table in [*LOG, "notification_keys"]:
+    for table in [*LOG, "notification_keys", "engagement"]:
         _create_partitions(table, days)
-    for table in LOG:
+    for table in [*LOG, "engagement"]:
         op.execute(f"INSERT INTO {table} SELECT * FROM {table}_old")
+    op.execute("DROP TABLE engagement_old")
     op.execute(
         "INSERT INTO notification_keys (tenant_id, event_id, day, notification_id, request_hash) "
         "SELECT tenant_id, event_id, (created_at AT TIME ZONE 'UTC')::date, id, request_hash "
@@ -133,10 +145,15 @@ def upgrade() -> None:
             op.execute(statement)
     for table, sequence in SEQUENCES.items():
         op.execute(f"ALTER SEQUENCE {sequence} OWNED BY {table}.id")
-    op.execute("ANALYZE notifications, delivery_attempts, sandbox_messages, notification_keys")
+    op.execute(
+        "ALTER TABLE engagement ADD CONSTRAINT engagement_notification_fkey FOREIGN KEY "
+        "(notification_id, notification_created_at) REFERENCES notifications (id, created_at) ON DELETE CASCADE"
+    )
+    op.execute("ANALYZE notifications, delivery_attempts, sandbox_messages, notification_keys, engagement")
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE engagement DROP CONSTRAINT engagement_notification_fkey")
     for table in LOG:
         op.execute(f"ALTER TABLE {table} RENAME TO {table}_part")
         op.execute(f"ALTER TABLE {table}_part DROP CONSTRAINT {table}_pkey")
@@ -157,4 +174,8 @@ def downgrade() -> None:
     op.execute(
         "ALTER TABLE delivery_attempts ADD CONSTRAINT delivery_attempts_notification_id_fkey "
         "FOREIGN KEY (notification_id) REFERENCES notifications (id)"
+    )
+    op.execute(
+        "ALTER TABLE engagement ADD CONSTRAINT engagement_notification_id_fkey "
+        "FOREIGN KEY (notification_id) REFERENCES notifications (id) ON DELETE CASCADE"
     )

@@ -1,0 +1,50 @@
+"""Clarion's own email tracking: ``GET /t/o/<token>`` (the open pixel) and ``GET /t/c/<token>``
+(a rewritten link: recorded, then redirected). No API key: the signed token is the credential."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Request, Response
+from fastapi.responses import RedirectResponse
+
+from api.errors import ApiError
+from api.tracking import PIXEL, claims_of, record_hit
+from clarion.settings import Settings
+from clarion.tracking_tokens import MAX_LINK_CHARS
+
+router = APIRouter(tags=["tracking"])
+
+Token = Path(min_length=1, max_length=4 * MAX_LINK_CHARS, pattern=r"^[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+$")
+_NO_STORE = {"Cache-Control": "no-store, private", "Referrer-Policy": "no-referrer"}
+
+
+def _secrets(request: Request) -> list[str]:
+    settings: Settings = request.app.state.settings
+    return [
+        settings.secret_key.get_secret_value(),
+        *(s.get_secret_value() for s in settings.previous_secret_keys),
+    ]
+
+
+@router.get(
+    "/t/o/{token}",
+    response_class=Response,
+    responses={200: {"content": {"image/gif": {}}, "description": "a 1x1 transparent GIF"}},
+)
+async def open_pixel(request: Request, token: str = Token) -> Response:
+    """The open pixel of a tracked email: records an open (or a prefetch) of its notification."""
+    claims = claims_of(token, secrets=_secrets(request))
+    if claims.link is not None:
+        raise ApiError(404, "not_found", "This token is a link's, not an open pixel's.")
+    await record_hit(pool=request.app.state.pool, claims=claims, user_agent=request.headers.get("user-agent"))
+    return Response(PIXEL, media_type="image/gif", headers=_NO_STORE)
+
+
+@router.get("/t/c/{token}", response_class=RedirectResponse, status_code=302)
+async def click(request: Request, token: str = Token) -> RedirectResponse:
+    """A tracked email's link: records the click (or a link scanner's prefetch) and redirects to the
+    link the signed token carries, never anywhere else."""
+    claims = claims_of(token, secrets=_secrets(request))
+    if claims.link is None:
+        raise ApiError(404, "not_found", "This token is an open pixel's, not a link's.")
+    await record_hit(pool=request.app.state.pool, claims=claims, user_agent=request.headers.get("user-agent"))
+    return RedirectResponse(claims.link, status_code=302, headers=_NO_STORE)

@@ -1,0 +1,103 @@
+"""Engagement: what happened to a notification after it was sent, one row per (type, link).
+
+Every source (Twilio status callbacks, SendGrid events, a tenant's backend, a device holding the
+push's token; later Clarion's own email tracking) reports an :class:`EngagementEvent`;
+:func:`record_engagement` folds it into the ``engagement`` row of its notification, type and link:
+``first_at``/``last_at`` widen, ``count`` grows by one, ``source`` keeps the first reporter.
+
+Guarantees:
+
+- idempotent under replays: an event whose ``marker`` (a provider event id, Twilio's sid and
+  status, an API report's type/link/time) is among the row's last ``SEEN_KEPT`` markers changes
+  nothing and comes back as not ``counted``;
+- never touches the notification's status: engagement is recorded beside the delivery status,
+  so a late ``opened`` never regresses a ``failed`` or a ``sent``;
+- bounded: a link is at most ``MAX_LINK_BYTES`` (callers cut or refuse longer ones), the markers
+  kept per row at most ``SEEN_KEPT``; ``count`` saturates at 2**31 - 1.
+
+Errors: asyncpg errors pass through (the caller's transaction decides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from schema.enums import EngagementType
+
+MAX_LINK_BYTES = 2048
+SEEN_KEPT = 64
+MAX_MARKER_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class EngagementEvent:
+    """One report of something that happened to one notification."""
+
+    tenant_id: str
+    notification_id: UUID
+    notification_created_at: datetime
+    type: EngagementType
+    at: datetime
+    source: str
+    link: str = ""
+    marker: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The row after an event, and whether this event was counted (False: a replay)."""
+
+    event: EngagementEvent
+    counted: bool
+
+
+def cut_link(link: str) -> str:
+    """``link`` cut to ``MAX_LINK_BYTES`` of UTF-8 at a character boundary (a provider's URL can be
+    longer than a key column may hold; two links equal up to there are one link)."""
+    data = link.replace("\x00", "").encode("utf-8", "replace")
+    return data[:MAX_LINK_BYTES].decode("utf-8", "ignore")
+
+
+_UPSERT = f"""
+INSERT INTO engagement AS e (notification_id, type, link, tenant_id, notification_created_at,
+                             first_at, last_at, count, source, seen)
+VALUES ($1, $2, $3, $4, $5, $6, $6, 1, $7, CASE WHEN $8::text IS NULL THEN '{{}}' ELSE ARRAY[$8::text] END)
+ON CONFLICT (notification_id, type, link, tenant_id, notification_created_at) DO UPDATE
+   SET first_at = least(e.first_at, excluded.first_at),
+       last_at = greatest(e.last_at, excluded.last_at),
+       count = least(e.count::bigint + 1, 2147483647)::int,
+       seen = (e.seen || excluded.seen)[greatest(1, cardinality(e.seen) + cardinality(excluded.seen)
+                                                    - {SEEN_KEPT} + 1):]
+ WHERE $8::text IS NULL OR NOT ($8::text = ANY(e.seen))
+RETURNING 1
+"""
+
+
+def _sort_key(e: EngagementEvent) -> tuple[str, str, str]:
+    return (str(e.notification_id), e.type.value, e.link)
+
+
+async def record_engagement(*, conn: asyncpg.Connection, events: list[EngagementEvent]) -> list[Recorded]:
+    """Fold ``events`` into their rows, in key order (two batches touching the same rows lock them
+    in the same order); returns each event with whether it was counted. Runs in the caller's
+    transaction."""
+    recorded: list[Recorded] = []
+    for event in sorted(events, key=_sort_key):
+        marker = event.marker[:MAX_MARKER_CHARS] if event.marker else None
+        row = await conn.fetchval(
+            _UPSERT,
+            event.notification_id,
+            event.type.value,
+            cut_link(event.link),
+            event.tenant_id,
+            event.notification_created_at,
+            event.at,
+            event.source,
+            marker,
+        )
+        recorded.append(Recorded(event=event, counted=row is not None))
+    return recorded

@@ -1,0 +1,89 @@
+"""The engagement table goes with the notification log: its rows are deleted with their notification
+today, and its days can be created ahead and dropped whole by schema.partitions once the log's loop
+runs (docs/partitioning.md), rows that landed in the default partition moved out first."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from harness.services import drop_database, fresh_database
+from schema import partitions
+
+DAY = dt.date(2001, 2, 3)
+
+
+@pytest.fixture
+async def conn() -> AsyncIterator[asyncpg.Connection]:
+    url = await fresh_database("clarion_engagement")
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    connection = await asyncpg.connect(dsn)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+        await drop_database(url)
+
+
+async def _engaged_notification(conn: asyncpg.Connection, created_at: dt.datetime) -> object:
+    await conn.execute("INSERT INTO tenants (id, name) VALUES ('t', 't') ON CONFLICT DO NOTHING")
+    user = await conn.fetchval(
+        "INSERT INTO users (id, tenant_id, external_id) VALUES (gen_random_uuid(), 't', gen_random_uuid()::text)"
+        " RETURNING id"
+    )
+    nid = await conn.fetchval(
+        "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data, created_at)"
+        " VALUES (gen_random_uuid(), 't', gen_random_uuid()::text, 'x', $1, 'push', '{}', $2) RETURNING id",
+        user,
+        created_at,
+    )
+    await conn.execute(
+        "INSERT INTO engagement (notification_id, type, tenant_id, notification_created_at, first_at, last_at,"
+        " source) VALUES ($1, 'opened', 't', $2, $2, $2, 'api')",
+        nid,
+        created_at,
+    )
+    return nid
+
+
+async def test_rows_are_deleted_with_their_notification(conn: asyncpg.Connection) -> None:
+    nid = await _engaged_notification(conn, dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    await conn.execute("DELETE FROM notifications WHERE id = $1", nid)
+    assert await conn.fetchval("SELECT count(*) FROM engagement") == 0
+
+
+async def test_a_day_is_split_out_of_the_default_partition_and_dropped_whole(
+    conn: asyncpg.Connection,
+) -> None:
+    nid = await _engaged_notification(conn, dt.datetime(2001, 2, 3, 12, tzinfo=dt.UTC))
+    assert await partitions.default_rows(conn, parent="engagement") == 1
+
+    created = await partitions.ensure_ahead(conn, parent="engagement", today=DAY, days_ahead=1)
+
+    assert created == ["engagement_p20010203", "engagement_p20010204"]
+    assert await partitions.default_rows(conn, parent="engagement") == 0
+    assert (
+        await conn.fetchval("SELECT count(*) FROM engagement_p20010203 WHERE notification_id = $1", nid) == 1
+    )
+    # the upsert's key still finds the row in its day partition
+    await conn.execute(
+        "INSERT INTO engagement AS e (notification_id, type, tenant_id, notification_created_at, first_at,"
+        " last_at, source) SELECT notification_id, type, tenant_id, notification_created_at, now(), now(), 'api'"
+        " FROM engagement ON CONFLICT (notification_id, type, link, tenant_id, notification_created_at)"
+        " DO UPDATE SET count = e.count + 1"
+    )
+    assert await conn.fetchval("SELECT count FROM engagement WHERE notification_id = $1", nid) == 2
+
+    dropped = await partitions.drop_expired(
+        conn, parent="engagement", today=DAY + dt.timedelta(days=30), retention_days=7
+    )
+
+    assert dropped == ["engagement_p20010203", "engagement_p20010204"]
+    assert await conn.fetchval("SELECT count(*) FROM engagement") == 0
+    assert (
+        await conn.fetchval("SELECT count(*) FROM notifications WHERE id = $1", nid) == 1
+    )  # the log's own loop
