@@ -84,9 +84,11 @@ INSERT = """
 WITH v AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
                          $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
-                         $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[])
+                         $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[],
+                         $19::text[])
            AS v(id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
-                template_version, locale, content, data, send_at, expires_at, status, not_before, history)
+                template_version, locale, content, data, send_at, expires_at, status, not_before, history,
+                traceparent)
 ), keys AS (
     INSERT INTO notification_keys (tenant_id, event_id, day, notification_id, request_hash)
     SELECT v.tenant_id, v.event_id, (now() AT TIME ZONE 'UTC')::date, v.id, v.request_hash
@@ -99,10 +101,10 @@ WITH v AS MATERIALIZED (
 )
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,
                            template, template_version, locale, content, data, send_at, expires_at, status,
-                           not_before, history, attempts)
+                           not_before, history, traceparent, attempts)
 SELECT v.id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
        template_version, locale, content::jsonb, data::jsonb, send_at, expires_at, status, not_before,
-       history::jsonb, 0
+       history::jsonb, traceparent, 0
   FROM v JOIN keys ON keys.notification_id = v.id
 RETURNING id
 """
@@ -293,7 +295,7 @@ async def _insert_notifications(
                 template.version if template else None, locale,
                 json.dumps(content) if content is not None else None, json.dumps(req.data), req.send_at,
                 req.expires_at, status.value, req.send_at if scheduled else None,
-                json.dumps([transition(status.value, at=now)]),
+                json.dumps([transition(status.value, at=now)]), sends[i].traceparent,
             )
         )  # fmt: skip
     inserted = set(await _fetch_column(conn, INSERT, [list(column) for column in zip(*rows, strict=True)]))
@@ -309,7 +311,7 @@ async def _insert_notifications(
         if status is Status.accepted:  # a scheduled one is published by the relay when due
             message = NotificationMessage(
                 id=notification_id, tenant_id=send.principal.tenant_id, channel=send.req.channel,
-                user_id=recipients[i].id, priority=send.req.priority,
+                user_id=recipients[i].id, priority=send.req.priority, traceparent=send.traceparent,
             )  # fmt: skip
         decisions[i] = AcceptResult(notification_id, status.value, False, message)
 

@@ -27,21 +27,28 @@ BATCH_RENDER_WALL_S = 5.0
 
 
 async def accept_batch(
-    *, pool: asyncpg.Pool, renderer: Renderer, principal: Principal, items: list[dict[str, Any]]
+    *,
+    pool: asyncpg.Pool,
+    renderer: Renderer,
+    principal: Principal,
+    items: list[dict[str, Any]],
+    traceparent: str | None = None,
 ) -> list[tuple[BatchItemOut, AcceptResult | None]]:
     """Accept each item as ``POST /v1/notifications`` would, all in one transaction when they can
     be (a value the database refuses sends the items through one by one).
 
     Returns, in order, each item's result with the accepted notification (None when refused or a
     duplicate of an earlier send): the caller publishes those. Items repeating an event_id are
-    decided in order, so the later one is the duplicate (or the 409).
+    decided in order, so the later one is the duplicate (or the 409). Every item accepted keeps
+    ``traceparent``, the request's accept span.
     """
     refused: dict[int, ApiError] = {}
     sends: list[tuple[int, Submission]] = []
     budget = RequestBudget(BATCH_RENDER_BUDGET_MS, wall_s=BATCH_RENDER_WALL_S)
     for index, raw in enumerate(items):
         try:
-            sends.append((index, Submission.of(principal, NotificationIn.model_validate(raw), budget)))
+            item = NotificationIn.model_validate(raw)
+            sends.append((index, Submission.of(principal, item, budget, traceparent=traceparent)))
         except ValidationError as exc:
             refused[index] = validation_error(exc.errors(include_url=False))
     async with contextlib.AsyncExitStack() as stack:

@@ -5,6 +5,9 @@ Each pass picks, with ``FOR UPDATE SKIP LOCKED`` so several relays share the wor
 - ``retrying`` / ``delayed`` / ``scheduled`` rows whose ``not_before`` has come;
 - ``sending`` rows whose lease expired (a worker died between claim and record);
 - ``queued`` rows not republished for ``stale_queued_s`` (the broker lost its data).
+
+A republished message carries the notification's stored traceparent in its record headers, so
+the worker's spans join the trace its accept began, however late the message comes.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ PICK = sa.text(
     )
     UPDATE notifications n SET published_at = now()
       FROM due WHERE n.id = due.id AND n.created_at = due.created_at
-    RETURNING n.id, n.tenant_id, n.channel, n.user_id, n.priority
+    RETURNING n.id, n.tenant_id, n.channel, n.user_id, n.priority, n.traceparent
     """
 )
 
@@ -91,6 +94,7 @@ class Relay:
                 channel=Channel(r.channel),
                 user_id=r.user_id,
                 priority=Priority(r.priority),
+                traceparent=r.traceparent,
             )
             for r in rows
         ]

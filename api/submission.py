@@ -45,12 +45,19 @@ class Submission:
     rendered: Prerendered | None = None
     """Inline content already rendered before the send joined a shared transaction (``None``:
     not yet); :func:`api.accept_checks.check_content` then uses this outcome instead of rendering."""
+    traceparent: str | None = None
+    """The accept span's W3C trace context, kept with the notification (``clarion.tracing``);
+    None when the API does not trace."""
 
     @classmethod
     def of(
-        cls, principal: Principal, req: NotificationIn, render_budget: RequestBudget | None = None
+        cls,
+        principal: Principal,
+        req: NotificationIn,
+        render_budget: RequestBudget | None = None,
+        traceparent: str | None = None,
     ) -> Submission:
-        return cls(principal, req, request_hash(req), render_budget)
+        return cls(principal, req, request_hash(req), render_budget, traceparent=traceparent)
 
     @property
     def event_key(self) -> tuple[str, str]:

@@ -1,4 +1,7 @@
-"""Kafka plumbing shared by every process: the producer and topic creation."""
+"""Kafka plumbing shared by every process: the producer and topic creation.
+
+A message with a trace context is published with it in a ``traceparent`` record header.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from clarion.tracing import HEADER as TRACEPARENT
 from schema.messages import NotificationMessage, all_topics, lane_for, topic
 
 log = logging.getLogger(__name__)
@@ -65,7 +69,10 @@ class Publisher:
             producer = await self._get()
             futures = [
                 await producer.send(
-                    topic(m.channel, lane or lane_for(m.priority)), m.model_dump_json().encode(), key=m.key()
+                    topic(m.channel, lane or lane_for(m.priority)),
+                    m.model_dump_json().encode(),
+                    key=m.key(),
+                    headers=[(TRACEPARENT, m.traceparent.encode())] if m.traceparent else None,
                 )
                 for m in messages
             ]

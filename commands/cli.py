@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from pydantic import ValidationError
 
+from clarion import tracing
 from clarion.logs import setup_logging
 from clarion.settings import Settings
 from commands import dlq_cli
@@ -102,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         settings = _settings(dev=True, api_port=args.port, api_host=args.host)
         _check_dev_key(settings)
         setup_logging(settings.log_level)
-        _run(lambda: runner.dev(settings))
+        with traced("clarion"):
+            _run(lambda: runner.dev(settings))
         return
     settings = _settings(api_port=getattr(args, "port", None), api_host=getattr(args, "host", None))
     setup_logging(settings.log_level)
@@ -124,10 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         _need_bootstrap(settings)
         if args.command == "api":
-            _run(lambda: runner.until_signal(lambda stop: runner.serve_api(settings, stop)))
+            with traced("clarion-api"):
+                _run(lambda: runner.until_signal(lambda stop: runner.serve_api(settings, stop)))
         elif args.command == "worker":
             channels = [Channel(args.channel)]
-            _run(lambda: runner.until_signal(lambda stop: runner.run_workers(settings, channels, stop)))
+            with traced(f"clarion-worker-{args.channel}"):
+                _run(lambda: runner.until_signal(lambda stop: runner.run_workers(settings, channels, stop)))
         else:
             _run(lambda: runner.until_signal(lambda stop: runner.run_relay(settings, stop)))
 
@@ -142,6 +148,20 @@ async def _maintain(settings: Settings) -> None:
     )
     if any(report.default_rows.values()):
         print("rows in default partitions: " + ", ".join(f"{t} {n}" for t, n in report.default_rows.items()))
+
+
+@contextlib.contextmanager
+def traced(service: str) -> Iterator[None]:
+    """Traces for the block when the ``OTEL_*`` environment asks for them (``clarion.tracing``);
+    what is still buffered is exported when the process stops."""
+    if not tracing.configure(service=service):
+        yield
+        return
+    logging.getLogger(__name__).info("exporting traces as %s", service)
+    try:
+        yield
+    finally:
+        tracing.shutdown()
 
 
 def _check_dev_key(settings: Settings) -> None:

@@ -1,7 +1,8 @@
 """The Kafka message contract shared by the API, the relay and the workers.
 
 Topics per channel: ``notifications.<channel>`` (main lane), ``.bulk`` (bulk priority, so a marketing
-backlog never delays an OTP), ``.retry`` and ``.dlq``. Key: the recipient user id.
+backlog never delays an OTP), ``.retry`` and ``.dlq``. Key: the recipient user id. Header
+``traceparent``: the notification's trace, when it has one (``clarion.tracing``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 from uuid import UUID
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from schema.enums import Channel, Priority
 
@@ -24,6 +25,9 @@ class NotificationMessage(BaseModel):
     channel: Channel
     user_id: UUID
     priority: Priority = Priority.normal
+    traceparent: str | None = Field(default=None, exclude=True)
+    """The W3C trace context the notification's spans continue; it travels in the record's
+    ``traceparent`` header, never in its value (so the value's contract is unchanged)."""
 
     def key(self) -> bytes:
         return self.user_id.bytes

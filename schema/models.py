@@ -183,6 +183,9 @@ class Notification(SQLModel, table=True):
     error_code: str | None = Field(default=None, max_length=64)
     error_message: str | None = None
     content_hash: str | None = Field(default=None, max_length=64)
+    traceparent: str | None = Field(default=None, max_length=55)
+    """The W3C trace context of the notification's accept span, when the API traced it: the
+    relay republishes it with the message, so a worker's spans continue the same trace."""
     history: list[dict[str, Any]] = Field(
         default_factory=list, sa_column=sa.Column(JSONB, nullable=False, server_default="[]")
     )

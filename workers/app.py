@@ -66,7 +66,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
-from clarion import metrics
+from clarion import metrics, tracing
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.sandbox_store import PgSandboxStore
@@ -180,7 +180,8 @@ class Worker:
         records = msg.raw_message
         if not isinstance(records, tuple):
             records = (records,)
-        messages, poison = decode([r.value or b"" for r in records])
+        traceparents = [tracing.header_value(r.headers) for r in records] if tracing.enabled else None
+        messages, poison = decode([r.value or b"" for r in records], traceparents)
         for bad in poison:
             log.error("undecodable record sent to the DLQ: %s", bad.error)
             metrics.POISON.labels(self.channel.value).inc()

@@ -7,13 +7,15 @@ Each step is a call into the module named after it: ``claim``, ``steps`` (the sc
 ``wiring`` chose for the channel), ``recipients``, ``content``, ``send``, ``conclude`` and
 ``record``. Every step either moves the notification forward or ends it with an ``Outcome``; one
 notification's fault ends that notification alone (``_deliver_isolated``). The caller records the
-outcomes (retrying until done) and only then commits the batch's offsets.
+outcomes (retrying until done) and only then commits the batch's offsets. When tracing is on,
+the claim, the render, every provider call and the record add their spans (``workers.traces``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -23,8 +25,8 @@ import asyncpg
 import redis.exceptions
 from pydantic import ValidationError
 
-from clarion import metrics
-from core.render import RenderError
+from clarion import metrics, tracing
+from core.render import RenderedContent, RenderError
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from workers.claim import ClaimedNotification, Unreadable, claim
@@ -37,6 +39,7 @@ from workers.record import record
 from workers.retry import RetryPolicy
 from workers.send import Sender
 from workers.steps import Gate, Screen
+from workers.traces import claim_spans, provider_spans, record_spans
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +60,18 @@ class Poison:
     error: str
 
 
-def decode(values: list[bytes]) -> tuple[list[NotificationMessage], list[Poison]]:
-    """Split a batch into messages and undecodable records (which go to the DLQ, not a retry loop)."""
+def decode(
+    values: list[bytes], traceparents: Sequence[str | None] | None = None
+) -> tuple[list[NotificationMessage], list[Poison]]:
+    """Split a batch into messages and undecodable records (which go to the DLQ, not a retry loop).
+    ``traceparents``, when given, are the records' trace headers, in the same order."""
     good: list[NotificationMessage] = []
     bad: list[Poison] = []
-    for value in values:
+    for i, value in enumerate(values):
         try:
             good.append(NotificationMessage.model_validate_json(value))
+            if traceparents is not None:
+                good[-1].traceparent = traceparents[i]
         except ValidationError as exc:
             bad.append(Poison(value, exc.errors(include_url=False)[0]["msg"] if exc.errors() else str(exc)))
     return good, bad
@@ -97,12 +105,17 @@ class Pipeline:
         self.gates = list(gates)
         self._slots = asyncio.Semaphore(concurrency)  # provider calls in flight
         self._events: dict[UUID, str] = {}  # event ids of processed, not yet recorded outcomes
+        self._traces: dict[UUID, str] = {}  # claim spans (traceparents) of those, when tracing
 
     async def process(self, messages: list[NotificationMessage]) -> list[Outcome]:
         """Claim the batch and take every claimed notification to an outcome (provider calls
         included). Nothing is recorded yet: the caller must ``record`` these outcomes, retrying
         until it succeeds, because claiming again would find them leased and send nothing."""
+        start_ns = time.time_ns() if tracing.enabled else 0
         claimed, unreadable = await claim(pool=self.pool, ids=[m.id for m in messages], lease_s=self.lease_s)
+        if tracing.enabled:
+            taken = {n.id for n in claimed} | {u.id for u in unreadable}
+            self._traces.update(claim_spans(messages, taken, start_ns=start_ns, end_ns=time.time_ns()))
         skipped = len({m.id for m in messages}) - len(claimed) - len(unreadable)
         if skipped:
             metrics.DEDUPED.labels(self.channel.value).inc(skipped)
@@ -123,7 +136,10 @@ class Pipeline:
 
     async def record(self, outcomes: list[Outcome]) -> None:
         """Record the outcomes (one transaction), then count and log them."""
+        start_ns = time.time_ns() if tracing.enabled else 0
         await record(pool=self.pool, channel=self.channel, outcomes=outcomes, events=self._events)
+        if tracing.enabled:
+            record_spans(self._traces, outcomes, start_ns=start_ns, end_ns=time.time_ns())
 
     async def _deliver(self, n: ClaimedNotification, addresses: list[Address], calls: Calls) -> Outcome:
         """One notification, from its addresses to its outcome."""
@@ -136,7 +152,7 @@ class Pipeline:
                 detail="no_contact",
             )
         try:
-            content = await self.content.render(n)
+            content = await self._render(n)
         except RenderError as exc:
             return Outcome(
                 notification_id=n.id,
@@ -151,6 +167,13 @@ class Pipeline:
         async with self._slots:
             await self.sender.send(n, content, addresses, calls)
         return conclude(notification=n, calls=calls, policy=self.policy, now=datetime.now(UTC))
+
+    async def _render(self, n: ClaimedNotification) -> RenderedContent:
+        if not tracing.enabled:
+            return await self.content.render(n)
+        attributes = {"clarion.notification_id": str(n.id), "clarion.template": n.template or "(inline)"}
+        with tracing.span("clarion.render", parent=self._traces.get(n.id), attributes=attributes):
+            return await self.content.render(n)
 
     # -- when a notification cannot be judged -------------------------------------------------
 
@@ -206,6 +229,9 @@ class Pipeline:
             return await self._deliver(n, addresses, calls)
         except Exception as exc:
             return self._internal_error(n, exc, calls.attempts)
+        finally:
+            if tracing.enabled:
+                provider_spans(self._traces.get(n.id), calls.attempts)
 
     def _internal_error(self, n: ClaimedNotification, exc: Exception, attempts: list[Attempt]) -> Outcome:
         kind = type(exc).__name__

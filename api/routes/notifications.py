@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
@@ -19,7 +21,7 @@ from api.models import Accepted, BatchIn, BatchOut, Cancelled, NotificationIn, N
 from api.openapi_doc import KEYED
 from api.queries import get_notification
 from api.submission import Submission
-from clarion import metrics
+from clarion import metrics, tracing
 from clarion.tenants import Principal
 
 M = TypeVar("M", bound=BaseModel)
@@ -87,31 +89,80 @@ def parse_body(raw: bytes, model: type[M]) -> M:
 )
 async def send(request: Request) -> JSONResponse:
     """Accept one notification (``202``); a repeat of an accepted event_id answers ``200``."""
+    if not tracing.enabled:
+        return await _send(request, None)
+    with accept_span(request) as span:
+        response = await _send(request, span)
+        span.set("http.response.status_code", response.status_code)
+        return response
+
+
+async def _send(request: Request, span: tracing.SpanRef | None) -> JSONResponse:
     # The caller is known before its body is read: an unauthenticated request costs no body buffer.
     principal = await authorize(request, "send")
     require_json(request)
     await enforce_ingress(request=request, principal=principal, cost=1)
     body = parse_body(await request.body(), NotificationIn)
     state = request.app.state
-    result = await state.accepts.accept(Submission.of(principal, body))
+    traceparent = span.traceparent if span is not None else None
+    result = await state.accepts.accept(Submission.of(principal, body, traceparent=traceparent))
     if result.message is not None:
         state.outbox.submit(result.message)
     if not result.duplicate:
         metrics.ACCEPTED.labels(principal.tenant_id, body.channel.value).inc()
+    if span is not None:
+        span.set("clarion.notification_id", str(result.id))
+        span.set("clarion.channel", body.channel.value)
+        span.set("clarion.duplicate", result.duplicate)
     payload = Accepted(id=result.id, status=result.status, duplicate=result.duplicate)
     return JSONResponse(payload.model_dump(mode="json"), status_code=200 if result.duplicate else 202)
+
+
+@contextmanager
+def accept_span(request: Request) -> Iterator[tracing.SpanRef]:
+    """The ``clarion.accept`` span of a request: a child of the caller's ``traceparent`` when it is
+    valid (anything else starts a new trace, never an error). A refusal (``ApiError``) is kept as
+    its status and code; only a 5xx marks the span failed, as for any HTTP server span."""
+    refused: ApiError | None = None
+    parent = request.headers.get(tracing.HEADER)
+    attributes = {"http.request.method": "POST", "http.route": request.scope["path"]}
+    with tracing.span("clarion.accept", parent=parent, kind="server", attributes=attributes) as span:
+        try:
+            yield span
+        except ApiError as exc:
+            span.set("http.response.status_code", exc.status)
+            span.set("clarion.error_code", exc.code)
+            if exc.status >= 500:
+                span.fail(exc.code)
+            refused = exc
+    if refused is not None:
+        raise refused
 
 
 @router.post("/batch", status_code=202, response_model=BatchOut, openapi_extra=BATCH_BODY_DOC)
 async def send_batch(request: Request) -> BatchOut:
     """Up to 1,000 sends; each item is accepted or refused on its own (see ``results``)."""
+    if not tracing.enabled:
+        return await _send_batch(request, None)
+    with accept_span(request) as span:
+        out = await _send_batch(request, span)
+        span.set("http.response.status_code", 202)
+        span.set("clarion.accepted", out.accepted)
+        return out
+
+
+async def _send_batch(request: Request, span: tracing.SpanRef | None) -> BatchOut:
     principal = await authorize(request, "send")  # before the (up to several MB) body is read
     require_json(request)
     body = parse_body(await request.body(), BatchIn)
     await enforce_ingress(request=request, principal=principal, cost=len(body.notifications))
     state = request.app.state
     results = await accept_batch(
-        pool=state.pool, renderer=state.renderer, principal=principal, items=body.notifications
+        pool=state.pool,
+        renderer=state.renderer,
+        principal=principal,
+        items=body.notifications,
+        traceparent=span.traceparent if span is not None else None,
     )
     for _, accepted in results:
         if accepted is not None and accepted.message is not None:

@@ -1,4 +1,4 @@
-"""Migration 0004 on a database filled by the previous schema (0005): every row of every status is kept,
+"""Migration 0004 on a database filled by the previous schema (0006): every row of every status is kept,
 lands in its day's partition, and the API still finds it (and still knows its event id)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DAY = dt.timedelta(days=1)
 async def old_database() -> AsyncIterator[str]:
     url = pg_url(f"clarion_mig4_{secrets.token_hex(3)}")
     await ensure_database(url)
-    await asyncio.to_thread(upgrade, url, "0005")
+    await asyncio.to_thread(upgrade, url, "0006")
     try:
         yield url
     finally:

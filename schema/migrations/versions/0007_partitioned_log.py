@@ -17,8 +17,8 @@ gets its day partitions too, and its foreign key becomes composite,
 Downgrade copies every row back; it fails if an event id was used twice after the upgrade (once a
 day's keys expired), as the old unique constraint would refuse it.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-25
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
