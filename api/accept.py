@@ -16,9 +16,8 @@ accepting them one by one, in order, would give.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -26,7 +25,7 @@ from uuid import UUID
 import asyncpg
 
 from api.accept_checks import Recipient, check_content, check_push_devices, find_recipients
-from api.errors import ApiError
+from api.idempotency import existing_keys, key_locks, not_repeats, repeat_of
 from api.models import UserIn
 from api.submission import AcceptDecision, AcceptResult, Submission
 from core.render import Renderer
@@ -40,23 +39,6 @@ def transition(status: str, detail: str | None = None, at: datetime | None = Non
     return {"status": status, "at": (at or datetime.now(UTC)).isoformat(), "detail": detail}
 
 
-# Event ids are unique per tenant through ``notification_keys`` (the log is partitioned by day, so
-# no unique index can span it): a key is looked up over every day still kept, and a repeat is
-# recognised while its day's partition exists (CLARION_RETENTION_DAYS whole days, README).
-# The first lookup of a transaction also takes one advisory lock per key, in sorted order (the
-# one-time filter runs before the scan, whatever it finds): a concurrent first use of the same
-# key waits for this transaction, and INSERT below, a later statement, sees what it committed.
-EXISTING = """
-SELECT k.tenant_id, k.event_id, k.notification_id AS id, k.request_hash,
-       coalesce((SELECT n.status FROM notifications n
-                  WHERE n.id = k.notification_id
-                    AND n.created_at >= k.day::timestamp AT TIME ZONE 'UTC'
-                    AND n.created_at < (k.day + 1)::timestamp AT TIME ZONE 'UTC'), 'expired') AS status
-  FROM notification_keys k
-  JOIN unnest($1::text[], $2::text[]) AS q(tenant_id, event_id)
-    ON k.tenant_id = q.tenant_id AND k.event_id = q.event_id
- WHERE (SELECT count(pg_advisory_xact_lock(h)) FROM unnest($3::bigint[]) AS h) >= 0
-"""
 UPSERT_USERS = """
 INSERT INTO users (id, tenant_id, external_id, email, phone, locale, timezone)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
@@ -76,10 +58,10 @@ INSERT INTO devices (id, user_id, platform, token)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[])
 ON CONFLICT DO NOTHING
 """
-# The key first: a row of today's keys already there (a concurrent first use, which the lock made
-# wait) conflicts on the key's primary key; one of yesterday's (a first use just before midnight)
-# is found by NOT EXISTS, whose snapshot is taken after EXISTING took the locks. Either way the
-# notification is not written and the send is answered as a repeat.
+# The key first (api/idempotency.py): a row of today's keys already there (a concurrent first use,
+# which the lock made wait) conflicts on the key's primary key; one of yesterday's (a first use just
+# before midnight) is found by NOT EXISTS, whose snapshot is taken after EXISTING took the locks.
+# Either way the notification is not written and the send is answered as a repeat.
 INSERT = """
 WITH v AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
@@ -108,19 +90,6 @@ SELECT v.id, tenant_id, event_id, request_hash, user_id, channel, category, prio
   FROM v JOIN keys ON keys.notification_id = v.id
 RETURNING id
 """
-
-
-def key_locks(keys: Iterable[tuple[str, str]]) -> list[int]:
-    """One advisory lock id per distinct (tenant, event id), sorted: every transaction takes its
-    locks in the same order, so two never wait on each other in a cycle."""
-    return sorted(
-        {
-            int.from_bytes(
-                hashlib.blake2b(f"event\0{t}\0{e}".encode(), digest_size=8).digest(), "big", signed=True
-            )
-            for t, e in keys
-        }
-    )
 
 
 async def accept_many(
@@ -177,7 +146,7 @@ async def _accept_round(
     decisions: list[AcceptDecision | None],
     locks: list[int],
 ) -> None:
-    fresh = await _not_repeats(conn, sends, batch, decisions, locks)
+    fresh = await not_repeats(conn, sends, batch, decisions, locks)
     recipients = await find_recipients(conn, sends, fresh, decisions)
     await check_push_devices(conn, sends, recipients, decisions)
     versions = await check_content(conn, renderer, sends, recipients, decisions)
@@ -190,45 +159,6 @@ async def _accept_round(
             recipients[i].id = ids[sends[i].user_key]
     await _insert_devices(conn, sends, passed, recipients)
     await _insert_notifications(conn, sends, passed, recipients, versions, decisions)
-
-
-async def _not_repeats(
-    conn: asyncpg.Connection,
-    sends: Sequence[Submission],
-    batch: list[int],
-    decisions: list[AcceptDecision | None],
-    locks: list[int],
-) -> list[int]:
-    """Decide the sends whose event id was used before; return the others."""
-    seen = await _existing(conn, [sends[i] for i in batch], locks)
-    fresh = []
-    for i in batch:
-        row = seen.get(sends[i].event_key)
-        if row is None:
-            fresh.append(i)
-        else:
-            decisions[i] = _repeat(row, sends[i])
-    return fresh
-
-
-async def _existing(
-    conn: asyncpg.Connection, sends: list[Submission], locks: list[int]
-) -> dict[tuple[str, str], asyncpg.Record]:
-    rows = await conn.fetch(
-        EXISTING, [s.principal.tenant_id for s in sends], [s.req.event_id for s in sends], locks
-    )
-    return {(r["tenant_id"], r["event_id"]): r for r in rows}
-
-
-def _repeat(row: asyncpg.Record, send: Submission) -> AcceptDecision:
-    if row["request_hash"] != send.digest:
-        return ApiError(
-            409,
-            "event_id_conflict",
-            f"event_id '{send.req.event_id}' was already used for a different notification.",
-            {"id": str(row["id"])},
-        )
-    return AcceptResult(row["id"], row["status"], True, None)
 
 
 async def _upsert_users(
@@ -301,11 +231,11 @@ async def _insert_notifications(
     inserted = set(await _fetch_column(conn, INSERT, [list(column) for column in zip(*rows, strict=True)]))
     raced = [sends[i] for i, row in zip(order, rows, strict=True) if row[0] not in inserted]
     # A concurrent request with the same event_id won the race: answer as a repeat of it.
-    seen = await _existing(conn, raced, []) if raced else {}
+    seen = await existing_keys(conn, raced, []) if raced else {}
     for i, row, status in zip(order, rows, statuses, strict=True):
         send, notification_id = sends[i], row[0]
         if notification_id not in inserted:
-            decisions[i] = _repeat(seen[send.event_key], send)
+            decisions[i] = repeat_of(seen[send.event_key], send)
             continue
         message = None
         if status is Status.accepted:  # a scheduled one is published by the relay when due

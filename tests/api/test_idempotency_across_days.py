@@ -13,7 +13,7 @@ import secrets
 import asyncpg
 import httpx
 
-from api.accept import key_locks
+from api.idempotency import key_locks
 from clarion.pg import asyncpg_dsn
 from harness.services import wait_until
 from harness.tenants import TenantInfo

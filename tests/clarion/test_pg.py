@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.accept import EXISTING
+from api.idempotency import EXISTING
 from clarion.pg import create_pool
 from harness.services import drop_database, fresh_database
 
