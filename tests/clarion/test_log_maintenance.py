@@ -133,3 +133,22 @@ async def test_log_size_reports_bytes_and_the_oldest_day_kept(conn: asyncpg.Conn
     assert size.total_bytes > 0
     assert size.partitions_ahead == 7  # the migration's week ahead
     assert size.default_rows == 0
+
+
+async def test_a_late_day_moves_out_of_the_default_partition_with_its_engagement(
+    conn: asyncpg.Connection,
+) -> None:
+    late = utc_today() + 20 * DAY  # no partition yet: its rows land in the default partitions
+    await log_send(conn, event_id="early-bird", status="scheduled", at=at(late, 9))
+    assert await conn.fetchval("SELECT count(*) FROM notifications_default") == 1
+
+    report = await maintain(conn=conn, today=late, retention_days=30, partitions_ahead=7)
+
+    assert report.default_rows == dict.fromkeys(TABLES, 0)
+    part = await conn.fetchval(
+        "SELECT tableoid::regclass::text FROM notifications WHERE event_id = 'early-bird'"
+    )
+    assert part == partition_name("notifications", late)
+    # The move deleted it from the default and inserted it into its day; the foreign key's cascade
+    # did not take its engagement along.
+    assert await conn.fetchval("SELECT count(*) FROM engagement") == 1
