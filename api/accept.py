@@ -251,7 +251,9 @@ async def _insert_notifications(
                 id=notification_id, tenant_id=send.principal.tenant_id, channel=send.req.channel,
                 user_id=recipients[i].id, priority=send.req.priority, traceparent=send.traceparent,
             )  # fmt: skip
-        decisions[i] = AcceptResult(notification_id, status.value, False, message)
+        template = templates.get(i)
+        version = template.version if template else None
+        decisions[i] = AcceptResult(notification_id, status.value, False, message, version)
 
 
 async def _fetch_column(conn: asyncpg.Connection, query: str, args: list[Any]) -> list[Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -24,6 +25,7 @@ from api.accept import accept_many
 from api.errors import is_db_unavailable
 from api.submission import AcceptDecision, AcceptResult, Prerendered, Submission
 from clarion.coalesce import Coalescer
+from core.analytics import RollupKey, add_counts, hour_of
 from core.render import Renderer, RenderError
 from schema.enums import Channel
 
@@ -37,7 +39,11 @@ async def accept_isolated(
     each send's decision or the exception its own transaction raised."""
     try:
         async with pool.acquire() as conn:
-            return list(await accept_many(conn=conn, renderer=renderer, sends=sends))
+            decisions: list[AcceptDecision | Exception] = list(
+                await accept_many(conn=conn, renderer=renderer, sends=sends)
+            )
+        await count_accepted(pool=pool, sends=sends, decisions=decisions)
+        return decisions
     except Exception as exc:
         if len(sends) == 1 or is_db_unavailable(exc):
             return [exc] * len(sends)
@@ -47,6 +53,28 @@ async def accept_isolated(
             type(exc).__name__,
         )
     return [(await accept_isolated(pool=pool, renderer=renderer, sends=[s]))[0] for s in sends]
+
+
+async def count_accepted(
+    *, pool: asyncpg.Pool, sends: Sequence[Submission], decisions: Sequence[AcceptDecision | Exception]
+) -> None:
+    """The ``accepted`` analytics rollups of what was just committed (``core.analytics``): after the
+    commit, in a statement of its own, so concurrent accept transactions never wait on each other
+    for a rollup row. Best effort: a failure here is logged, the sends stay accepted."""
+    hour = hour_of(datetime.now(UTC))
+    keys = [
+        RollupKey(
+            tenant_id=send.principal.tenant_id, hour=hour, channel=send.req.channel.value,
+            template=send.req.template or "", template_version=decision.template_version or 0,
+            category=send.req.category or "",
+        )
+        for send, decision in zip(sends, decisions, strict=True)
+        if isinstance(decision, AcceptResult) and not decision.duplicate
+    ]  # fmt: skip
+    try:
+        await add_counts(conn=pool, count="accepted", keys=keys)
+    except Exception as exc:  # the log is the record; the rollup is a view of it
+        log.warning("accepted analytics not counted for %d sends (%s)", len(keys), type(exc).__name__)
 
 
 class AcceptQueue:

@@ -20,6 +20,7 @@ from api.models import BatchIn, NotificationIn
 from api.openapi_doc import document as document_errors
 from api.ops import QueueMonitor
 from api.outbox import Outbox
+from api.routes import analytics as analytics_routes
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
 from api.routes import dlq as dlq_routes
 from api.routes import docs as docs_routes
@@ -30,6 +31,7 @@ from api.routes import ops as ops_routes
 from api.routes import rate_limits as rate_limit_routes
 from api.routes import search as search_routes
 from api.routes import tracking as tracking_routes
+from api.routes import webhook_endpoints as webhook_endpoint_routes
 from api.routes import webhooks as webhook_routes
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
@@ -85,24 +87,30 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
-    app.include_router(health.router)
-    app.include_router(docs_routes.docs_router(app))
-    app.include_router(notifications.router)
-    app.include_router(dlq_routes.router)
-    app.include_router(users.router)
-    app.include_router(preferences.router)
-    app.include_router(categories.router)
-    app.include_router(templates.router)
-    app.include_router(search_routes.router)
-    app.include_router(ops_routes.router)
-    app.include_router(metrics_routes.router)
-    app.include_router(rate_limit_routes.router)
-    app.include_router(webhook_routes.router)
-    app.include_router(engagement_routes.router)
-    app.include_router(tracking_routes.router)
-    app.include_router(key_routes.router)
+    routers = [
+        health.router,
+        docs_routes.docs_router(app),
+        notifications.router,
+        dlq_routes.router,
+        users.router,
+        preferences.router,
+        categories.router,
+        templates.router,
+        search_routes.router,
+        ops_routes.router,
+        metrics_routes.router,
+        rate_limit_routes.router,
+        webhook_routes.router,
+        engagement_routes.router,
+        tracking_routes.router,
+        analytics_routes.router,
+        webhook_endpoint_routes.router,
+        key_routes.router,
+    ]
     if settings.sandbox_enabled:
-        app.include_router(sandbox.router)
+        routers.append(sandbox.router)
+    for router in routers:  # in this order: it is the order of the OpenAPI document's paths
+        app.include_router(router)
     # Around the router only (the hot route below never reaches it): 405 with the path's every method.
     app.add_middleware(MethodCheck, routes=app.router.routes)
     # Innermost but one of the middlewares, so the size limit, rate-limit headers and rejection counter

@@ -21,10 +21,9 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.json_types import IsoAwareDatetime
-from api.outbox import mark_published
+from api.outbox import republish
 from clarion.kafka import Publisher
 from schema.enums import Channel, Priority
-from schema.messages import NotificationMessage
 
 Progress = Callable[[int, int], None]
 
@@ -204,19 +203,7 @@ async def redrive(
             break
         result.requeued += len(rows)
         if publisher is not None:
-            messages = [
-                NotificationMessage(
-                    id=r.id,
-                    tenant_id=r.tenant_id,
-                    channel=Channel(r.channel),
-                    user_id=r.user_id,
-                    priority=Priority(r.priority),
-                )
-                for r in rows
-            ]
-            acked = await publisher.publish_many(messages)
-            await mark_published(engine, [UUID(i) for i in acked])
-            result.published += len(acked)
+            result.published += await republish(engine=engine, publisher=publisher, rows=rows)
         if on_progress is not None:
             on_progress(result.requeued, max(total, result.requeued))
         if len(rows) < batch:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
+from typing import Any
 from uuid import UUID
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.kafka import Publisher
+from schema.enums import Channel, Priority
 from schema.ids import created_window
 from schema.messages import NotificationMessage
 
@@ -47,6 +50,26 @@ async def mark_published(db: AsyncEngine | asyncpg.Pool, ids: list[UUID]) -> Non
         return
     async with db.begin() as conn:
         await conn.exec_driver_sql(MARK_PUBLISHED, (ids, *window))
+
+
+async def republish(*, engine: AsyncEngine, publisher: Publisher, rows: Sequence[Any]) -> int:
+    """Publish the message of each row (``id``, ``tenant_id``, ``channel``, ``user_id``,
+    ``priority`` of ``notifications``) and mark those the broker acknowledged as published;
+    returns how many it acknowledged. The rest stay as they are, for the relay's next pass."""
+    messages = [
+        NotificationMessage(
+            id=r.id,
+            tenant_id=r.tenant_id,
+            channel=Channel(r.channel),
+            user_id=r.user_id,
+            priority=Priority(r.priority),
+            traceparent=getattr(r, "traceparent", None),  # the accept span the trace goes on from
+        )
+        for r in rows
+    ]
+    acked = await publisher.publish_many(messages)
+    await mark_published(engine, [UUID(i) for i in acked])
+    return len(acked)
 
 
 class Outbox:

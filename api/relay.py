@@ -13,17 +13,18 @@ the worker's spans join the trace its accept began, however late the message com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.outbox import mark_published
+from api.outbox import republish
 from clarion import metrics
 from clarion.kafka import Publisher
-from schema.enums import Channel, Priority
-from schema.messages import NotificationMessage
+from clarion.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,29 @@ class Relay:
         self.batch = batch
         self.stats = RelayStats()
 
+    @classmethod
+    def from_settings(cls, engine: AsyncEngine, publisher: Publisher, settings: Settings) -> Relay:
+        """The relay ``settings`` describe (its ``relay_*`` fields)."""
+        return cls(
+            engine,
+            publisher,
+            interval_s=settings.relay_interval_s,
+            grace_s=settings.relay_grace_s,
+            stale_queued_s=settings.relay_stale_queued_s,
+        )
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Relay]:
+        """`run` in a task for the duration of the block, cancelled (and awaited) when it ends.
+        The publisher and engine stay the caller's to close."""
+        task = asyncio.create_task(self.run())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def run_once(self) -> int:
         """One pass; returns how many notifications were republished."""
         async with self.engine.begin() as conn:
@@ -87,24 +111,12 @@ class Relay:
             ).all()
         if not rows:
             return 0
-        messages = [
-            NotificationMessage(
-                id=r.id,
-                tenant_id=r.tenant_id,
-                channel=Channel(r.channel),
-                user_id=r.user_id,
-                priority=Priority(r.priority),
-                traceparent=r.traceparent,
-            )
-            for r in rows
-        ]
-        acked = {str(i) for i in await self.publisher.publish_many(messages)}
-        await mark_published(self.engine, [m.id for m in messages if str(m.id) in acked])
-        self.stats.republished += len(acked)
-        metrics.RELAY_REPUBLISHED.inc(len(acked))
+        acked = await republish(engine=self.engine, publisher=self.publisher, rows=rows)
+        self.stats.republished += acked
+        metrics.RELAY_REPUBLISHED.inc(acked)
         if acked:
-            log.info("relay republished %d notifications", len(acked))
-        return len(acked)
+            log.info("relay republished %d notifications", acked)
+        return acked
 
     async def run(self) -> None:
         while True:

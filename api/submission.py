@@ -24,6 +24,7 @@ class AcceptResult:
     status: str
     duplicate: bool
     message: NotificationMessage | None  # None for a duplicate: nothing new to publish
+    template_version: int | None = None  # the version pinned at accept (analytics rollups)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ provider, and accept latency, with the API, an email worker and the relay as sep
     .venv/bin/python -m bench.e2e --reference --pairs 3   # `make bench`: Clarion, then the
                                                           # reference pipeline, 3 pairs, medians
     .venv/bin/python -m bench.e2e --load python --count 30000 --batch 100 --concurrency 8
+    .venv/bin/python -m bench.e2e --api-workers 2            # clarion api --workers 2
 
 The load comes from ``wrk`` (``bench/wrk_load.py``) for ``--seconds``, or from a Python client in
 this process for ``--count`` sends (``--load python``, the only one that batches). It starts its
@@ -65,6 +66,19 @@ def pids_named(name: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of the live children of ``pid`` (``clarion api --workers N``'s API processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return sorted(found)
 
 
 def machine_busy_s() -> float:
@@ -139,7 +153,7 @@ def print_figures(title: str, m: Measurement) -> None:
         print(f"{'CPU ms per notification, ' + name:44} {ms:10.3f}")
 
 
-async def main(plan: LoadPlan, workers: int = 1) -> Measurement:
+async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measurement:
     broker = TansuBroker()
     broker.start()
     url = await fresh_database("clarion_bench")
@@ -156,16 +170,19 @@ async def main(plan: LoadPlan, workers: int = 1) -> Measurement:
         engine = create_engine(url, pool_size=1)
         tenant = await make_tenant(engine)
         await engine.dispose()
-        procs = [ClarionProcess(settings, "api"), ClarionProcess(settings, "relay")]
+        api = ("api",) if api_workers == 1 else ("api", "--workers", str(api_workers))
+        procs = [ClarionProcess(settings, *api), ClarionProcess(settings, "relay")]
         procs += [ClarionProcess(settings, "worker", plan.channel) for _ in range(workers)]
         for p in procs:
             p.start()
         api_url = f"http://127.0.0.1:{settings.api_port}"
         conn = await asyncpg.connect(asyncpg_dsn(url))
         await wait_until(lambda: ready(api_url), 30)
-        measurement = Measurement(
-            {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}, broker_pid=broker.pid
-        )
+        processes = {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}
+        if api_workers > 1:  # the supervisor idles: its API processes do the work
+            await wait_until(lambda: len(children_of(procs[0].pid)) == api_workers, 30)
+            processes.update({f"0 api process {pid}": pid for pid in children_of(procs[0].pid)})
+        measurement = Measurement(processes, broker_pid=broker.pid)
         await measurement.run(
             plan.driver(api_url, tenant.key),
             warm_up=plan.warm_up(api_url, tenant.key),
@@ -175,7 +192,8 @@ async def main(plan: LoadPlan, workers: int = 1) -> Measurement:
         await conn.close()
         route = "POST /v1/notifications" + ("" if plan.batch == 1 else "/batch")
         print_figures(
-            f"Clarion ({route}, {plan.channel}, {workers} worker process(es), API + relay apart; "
+            f"Clarion ({route}, {plan.channel}, {api_workers} API process(es), {workers} worker process(es), "
+            "relay apart; "
             f"load: {plan.describe()})",
             measurement,
         )
@@ -226,7 +244,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20.0, help="how long wrk sends, with --load wrk")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--channel", default="email", choices=["email", "sms"])
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes for the channel")
+    parser.add_argument("--api-workers", type=int, default=1, help="clarion api --workers N")
     parser.add_argument(
         "--batch", type=int, default=1, help="notifications per request (>1: POST /v1/notifications/batch)"
     )
@@ -246,4 +265,4 @@ if __name__ == "__main__":
     if args.reference:
         asyncio.run(compare(plan, args.pairs))
     else:
-        asyncio.run(main(plan, args.workers))
+        asyncio.run(main(plan, args.workers, args.api_workers))

@@ -1,11 +1,13 @@
 """Sends per second from one process per provider adapter against its local fake (pool warm).
 
     .venv/bin/python -m bench.providers [--sends 2000] [--concurrency 100] [--only twilio]
+        [--loop uvloop|asyncio] [--apns-connections 2]
 
 Each fake runs in its own subprocess (``python -m harness.fakes.<name>``), so the figure is the
 adapter's client-side cost plus the fake's, on the same machine. For the HTTP/1.1 providers an
 ``httpx`` row posts the identical request with a plain ``httpx.AsyncClient`` (same pool size): the
-client the adapters used before they moved to aiohttp.
+client the adapters used before they moved to aiohttp. The adapters run on uvloop by default, as in
+the workers (``clarion worker`` runs on uvloop); ``--loop asyncio`` measures the standard loop.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,6 +38,15 @@ from schema.enums import Channel
 WARMUP_SENDS = 200
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc); 0 without one."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ValueError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_fake(name: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     process = subprocess.Popen(
         [sys.executable, "-m", f"harness.fakes.{name}", "--no-record"], stdout=subprocess.PIPE, text=True
@@ -42,11 +55,12 @@ def start_fake(name: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     return process, json.loads(process.stdout.readline())
 
 
-def build(name: str, info: dict[str, Any], concurrency: int) -> Provider:
+def build(name: str, info: dict[str, Any], concurrency: int, apns_connections: int = 2) -> Provider:
     common = {"base_url": info["url"], "max_connections": concurrency, "timeout_s": 30}
     if name == "apns":
         keys = ("key_id", "team_id", "topic", "private_key", "ca_file")
-        return ApnsProvider(ApnsSettings.model_validate({**{k: info[k] for k in keys}, **common}))
+        values = {**{k: info[k] for k in keys}, **common, "connections": apns_connections}
+        return ApnsProvider(ApnsSettings.model_validate(values))
     if name == "fcm":
         account = json.dumps(info["service_account"])
         return FcmProvider(FcmSettings.model_validate({"service_account_json": account, **common}))
@@ -90,7 +104,11 @@ async def httpx_sender(
     return send
 
 
-async def measure(send: Callable[[], Awaitable[Any]], sends: int, concurrency: int) -> dict[str, float]:
+async def measure(
+    send: Callable[[], Awaitable[Any]], sends: int, concurrency: int, fake_pid: int = 0
+) -> dict[str, float]:
+    """Sends/s, latency, and the CPU per send of this process (the client) and of the fake: when
+    the fake's is the larger, the sends/s column measures the fake, not the client."""
     semaphore = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
 
@@ -102,32 +120,39 @@ async def measure(send: Callable[[], Awaitable[Any]], sends: int, concurrency: i
 
     await asyncio.gather(*(one() for _ in range(min(WARMUP_SENDS, sends))))
     latencies.clear()
-    cpu_started, started = time.process_time(), time.perf_counter()
+    cpu_started, fake_started, started = time.process_time(), cpu_s(fake_pid), time.perf_counter()
     await asyncio.gather(*(one() for _ in range(sends)))
     elapsed = time.perf_counter() - started
     cpu_ms = (time.process_time() - cpu_started) * 1000 / sends
+    fake_cpu_ms = (cpu_s(fake_pid) - fake_started) * 1000 / sends
     quantiles = statistics.quantiles(latencies, n=100)
     return {
         "per_s": sends / elapsed,
         "p50_ms": quantiles[49] * 1000,
         "p99_ms": quantiles[98] * 1000,
         "cpu_ms": cpu_ms,
+        "fake_cpu_ms": fake_cpu_ms,
     }
 
 
-async def bench(name: str, sends: int, concurrency: int) -> list[tuple[str, dict[str, float]]]:
+async def bench(
+    name: str, sends: int, concurrency: int, apns_connections: int
+) -> list[tuple[str, dict[str, float]]]:
     process, info = start_fake(name)
     rows = []
     try:
-        provider = build(name, info, concurrency)
+        provider = build(name, info, concurrency, apns_connections)
         message = make_message(CHANNELS[name])
-        rows.append((f"{name} ({'httpx h2' if name == 'apns' else 'aiohttp'})",
-                     await measure(lambda: provider.send(message), sends, concurrency)))  # fmt: skip
+        client = f"h2 x{apns_connections}" if name == "apns" else "aiohttp"
+        rows.append((f"{name} ({client})",
+                     await measure(lambda: provider.send(message), sends, concurrency, process.pid)))  # fmt: skip
         if name != "apns":
             limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
             async with httpx.AsyncClient(limits=limits, timeout=30) as client:
                 send = await httpx_sender(name, provider, client)
-                rows.append((f"{name} (httpx 1.1, raw)", await measure(send, sends, concurrency)))
+                rows.append(
+                    (f"{name} (httpx 1.1, raw)", await measure(send, sends, concurrency, process.pid))
+                )
         await provider.aclose()
     finally:
         process.terminate()
@@ -135,22 +160,40 @@ async def bench(name: str, sends: int, concurrency: int) -> list[tuple[str, dict
     return rows
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sends", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--only", choices=sorted(CHANNELS), action="append")
-    args = parser.parse_args()
-    print(f"{args.sends} sends at concurrency {args.concurrency}, pool warm ({WARMUP_SENDS} sends first)\n")
-    print(f"{'provider (client)':<28}{'sends/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'client CPU ms/send':>20}")
+    parser.add_argument("--apns-connections", type=int, default=2, help="HTTP/2 connections to the fake")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    print(
+        f"{args.sends} sends at concurrency {args.concurrency}, pool warm ({WARMUP_SENDS} sends first),"
+        f" {loop} loop\n"
+    )
+    print(
+        f"{'provider (client)':<28}{'sends/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'client CPU ms/send':>20}{'fake CPU ms/send':>18}"
+    )
     for name in args.only or ["apns", "fcm", "twilio", "sendgrid"]:
-        for label, row in await bench(name, args.sends, args.concurrency):
+        for label, row in await bench(name, args.sends, args.concurrency, args.apns_connections):
             print(
                 f"{label:<28}{row['per_s']:>10.0f}{row['p50_ms']:>10.1f}{row['p99_ms']:>10.1f}{row['cpu_ms']:>20.2f}"
+                f"{row['fake_cpu_ms']:>18.2f}"
             )
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    arguments = parse_args()
+    if arguments.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main(arguments))
+    else:
+        asyncio.run(main(arguments))

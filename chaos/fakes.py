@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from harness.fakes.base import AiohttpFake, Forced, RecordedRequest, json_response
+from harness.fakes.base import AiohttpFake, Forced, RecordedRequest, json_response, serve_until_killed
 
 _current: contextvars.ContextVar[web.Request | None] = contextvars.ContextVar("request", default=None)
 
@@ -169,16 +169,7 @@ def main() -> None:
         retry_after_s=args.retry_after_s,
     )
 
-    async def serve() -> None:
-        fake = build(args.kind, args.port, storm, args.api_key)
-        async with fake:
-            print(json.dumps(fake.info()), flush=True)
-            await asyncio.Event().wait()
-
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    serve_until_killed(lambda: build(args.kind, args.port, storm, args.api_key))
 
 
 if __name__ == "__main__":

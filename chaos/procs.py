@@ -238,7 +238,22 @@ class PrivatePostgres:
             self.proc.kill()
 
 
-class PrivateRedis:
+class _Listening:
+    """A server process that is up once it listens on ``port``; stopping it is a kill (what an
+    outage looks like to the services that use it)."""
+
+    port: int
+    proc: Proc
+
+    def start(self) -> None:
+        self.proc.start()
+        wait_listening(self.port, 15, self.proc.popen)
+
+    def stop(self) -> None:
+        self.proc.kill()
+
+
+class PrivateRedis(_Listening):
     """``redis-server`` on a free port with no persistence; ``stop``/``start`` reuse the port."""
 
     def __init__(self, sup: Supervisor, *, port: int | None = None) -> None:
@@ -253,15 +268,8 @@ class PrivateRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
-        self.proc.start()
-        wait_listening(self.port, 15, self.proc.popen)
 
-    def stop(self) -> None:
-        self.proc.kill()
-
-
-class Broker:
+class Broker(_Listening):
     """The bundled Tansu broker (memory storage) on a fixed port: a restart comes back empty."""
 
     def __init__(self, sup: Supervisor, *, port: int | None = None) -> None:
@@ -279,10 +287,3 @@ class Broker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc.start()
-        wait_listening(self.port, 15, self.proc.popen)
-
-    def stop(self) -> None:
-        self.proc.kill()

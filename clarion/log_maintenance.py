@@ -65,6 +65,7 @@ LOG_TABLES = (
     LogTable("notifications", LIVE_NOTIFICATION),
     LogTable("delivery_attempts", None),
     LogTable("sandbox_messages", None),
+    LogTable("analytics_hourly", None),  # hourly rollups, by the hour a notification was accepted
 )
 
 

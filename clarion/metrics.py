@@ -2,6 +2,10 @@
 
 Each process (API, each worker, relay) exposes its own ``/metrics``; label sets stay small
 (tenant, channel, provider, status, reason, rule) so cardinality is bounded by configuration.
+Under ``clarion api --workers N`` the API processes share their series through prometheus_client's
+multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set by ``commands.api_workers``): counters and
+histograms add up over the processes, and a gauge reads as the value some process set last
+(``multiprocess_mode="mostrecent"``; outside that mode the argument changes nothing).
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ PACING_FACTOR = Gauge(
     "clarion_provider_pacing_factor",
     "Share of its pacing rules' rate a provider gets now (1 nominal; halved by each provider 429, then recovering).",
     ["provider"],
+    multiprocess_mode="mostrecent",
 )
 BREAKER_STATE = Gauge(
     "clarion_breaker_state",
     "Circuit breaker state per provider (0 closed, 1 half-open, 2 open).",
     ["provider"],
+    multiprocess_mode="mostrecent",
 )
 INTERNAL_ERRORS = Counter(
     "clarion_worker_internal_errors_total",
@@ -57,6 +63,7 @@ INTERNAL_ERRORS = Counter(
 RATE_LIMIT_RULES_SKIPPED = Gauge(
     "clarion_rate_limit_rules_skipped",
     "Stored rate-limit rules left out at the last load because no limiter can enforce their parameters.",
+    multiprocess_mode="mostrecent",
 )
 POISON = Counter("clarion_poison_messages_total", "Undecodable Kafka records sent to the DLQ.", ["channel"])
 REDRIVEN = Counter(
@@ -72,6 +79,16 @@ PROVIDER_WEBHOOK_EVENTS = Counter(
     "provider status/event and result (recorded, duplicate, ignored, unknown, rejected).",
     ["provider", "event", "result"],
 )
+WEBHOOK_CALLS = Counter(
+    "clarion_webhook_calls_total",
+    "Outbound webhook deliveries taken by `clarion webhooks`, by result: delivered, failed (a call "
+    "that got no 2xx), refused (SSRF rule at send, no call), deferred (endpoint breaker open, no call).",
+    ["result"],
+)
+WEBHOOK_ENDPOINTS_DISABLED = Counter(
+    "clarion_webhook_endpoints_disabled_total",
+    "Webhook endpoints disabled by Clarion after a failure streak.",
+)
 ENGAGEMENT_EVENTS = Counter(
     "clarion_engagement_events_total",
     "Engagement events counted (replays are not), by the notification's channel and the type "
@@ -84,31 +101,37 @@ CONSUMER_LAG = Gauge(
     "clarion_consumer_lag",
     "Records in a topic partition not yet committed by its consumer group (end offset - committed).",
     ["topic", "partition", "group"],
+    multiprocess_mode="mostrecent",
 )
 TOPIC_END_OFFSET = Gauge(
     "clarion_topic_end_offset",
     "Kafka end offset (next offset to be written) per topic partition.",
     ["topic", "partition"],
+    multiprocess_mode="mostrecent",
 )
 QUEUE_DEPTH = Gauge(
     "clarion_queue_depth",
     "Notifications in the log not yet in a final status (accepted, queued, sending, retrying, delayed, scheduled).",
     ["channel", "lane"],
+    multiprocess_mode="mostrecent",
 )
 OLDEST_UNDELIVERED_AGE = Gauge(
     "clarion_oldest_undelivered_age_seconds",
     "Age of the oldest due notification not yet in a final status (0 when none), from the log.",
     ["channel"],
+    multiprocess_mode="mostrecent",
 )
 OLDEST_WAITING_AGE = Gauge(
     "clarion_oldest_waiting_age_seconds",
     "Age of the oldest due notification not yet in a final status, per lane (0 when none), from the log.",
     ["channel", "lane"],
+    multiprocess_mode="mostrecent",
 )
 DLQ_SIZE = Gauge(
     "clarion_dlq_size",
     "Dead notifications (retries exhausted) waiting for a redrive, from the log.",
     ["channel"],
+    multiprocess_mode="mostrecent",
 )
 LOG_PARTITIONS_AHEAD = Gauge(
     "clarion_log_partitions_ahead",

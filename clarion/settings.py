@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         default=None,
-        description="Redis URL for the shared rate limiter; unset uses an in-process limiter (single process only).",
+        description="Redis URL for the shared rate limiter and content dedupe; unset uses an in-process limiter "
+        "(single process only). `redis+cluster://host:port` (or `rediss+cluster://`, naming any node) runs both "
+        "on Redis Cluster; the key prefix must then contain no braces.",
     )
     redis_key_prefix: str = Field(
         default="clarion:",
@@ -184,6 +186,59 @@ class Settings(BaseSettings):
         default=None,
         description="Bearer token of the platform operator: cluster-wide figures (Kafka offsets and lag, every tenant's queues) at /v1/ops/cluster/queues. No tenant key opens them (unset: 404).",
     )
+    webhook_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Operator allow-list (comma-separated host names, IPs or CIDR networks) of webhook endpoint hosts that may resolve to loopback, private, link-local or metadata addresses; every other such endpoint is refused at registration and at every send.",
+    )
+    max_webhook_endpoints_per_tenant: int = Field(
+        default=10, ge=1, le=1000, description="Webhook endpoints one tenant may register."
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=120, description="Whole-request timeout of one webhook delivery, in seconds."
+    )
+    webhook_max_attempts: int = Field(
+        default=15,
+        ge=1,
+        le=100,
+        description="Calls a webhook delivery gets before it is given up (`failed`; a replay sends it again).",
+    )
+    webhook_retry_base_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Delay before a webhook delivery's second call; doubles each call, with jitter.",
+    )
+    webhook_retry_max_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest delay between two calls of one webhook delivery, in seconds.",
+    )
+    webhook_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a webhooks process holds a claimed delivery before another may send it (a process killed mid-delivery loses nothing, the receiver may see it twice).",
+    )
+    webhook_disable_after_failures: int = Field(
+        default=50,
+        ge=1,
+        description="Consecutive failed calls after which an endpoint is disabled (also needs webhook_disable_after_s of failing).",
+    )
+    webhook_disable_after_s: float = Field(
+        default=3 * 24 * 3600.0,
+        ge=0,
+        description="How long an endpoint must have failed without a single success before it is disabled, in seconds.",
+    )
+    webhook_retention_days: int = Field(
+        default=7,
+        ge=1,
+        le=366,
+        description="Days webhook events and deliveries are kept (daily partitions, dropped whole); replay reaches this far back.",
+    )
+    webhook_poll_interval_s: float = Field(
+        default=0.5, gt=0, description="How often `clarion webhooks` looks for due deliveries when idle."
+    )
+    webhook_concurrency: int = Field(
+        default=32, ge=1, le=1000, description="Webhook calls one `clarion webhooks` process makes at once."
+    )
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
     retry: RetrySettings = Field(
         default_factory=RetrySettings,
@@ -198,7 +253,7 @@ class Settings(BaseSettings):
             return None
         return value
 
-    @field_validator("previous_secret_keys", mode="before")
+    @field_validator("previous_secret_keys", "webhook_allow_hosts", mode="before")
     @classmethod
     def _split_secret_keys(cls, value: object) -> object:
         if isinstance(value, str):

@@ -66,9 +66,18 @@ def main(argv: list[str] | None = None) -> None:
     p_api = sub.add_parser("api", help="serve the HTTP API")
     p_api.add_argument("--port", type=int)
     p_api.add_argument("--host")
+    p_api.add_argument(
+        "--workers", type=int, default=1, help="API processes sharing the port (SO_REUSEPORT); default 1"
+    )
+    p_api.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="bind with SO_REUSEPORT, as one of several processes on the port (what --workers starts)",
+    )
     p_worker = sub.add_parser("worker", help="run one channel's worker")
     p_worker.add_argument("channel", choices=[c.value for c in Channel])
     sub.add_parser("relay", help="run the outbox relay")
+    sub.add_parser("webhooks", help="send tenants' outbound webhooks (needs only the database)")
     p_db = sub.add_parser("db", help="database schema")
     p_db.add_argument("action", choices=["upgrade"])
     sub.add_parser(
@@ -99,6 +108,9 @@ def main(argv: list[str] | None = None) -> None:
 
         raise SystemExit(status.main(url=args.url or _settings(dev=True).base_url, api_key=args.api_key))
 
+    if args.command == "api" and args.workers != 1:
+        _api_workers(args)
+
     from commands import runner
 
     if args.command == "dev":
@@ -125,11 +137,18 @@ def main(argv: list[str] | None = None) -> None:
         _keys(args, settings)
     elif args.command == "dlq":
         dlq_cli.run(args, settings)
+    elif args.command == "webhooks":
+        _run(lambda: runner.until_signal(lambda stop: runner.run_webhooks(settings, stop)))
     else:
         _need_bootstrap(settings)
         if args.command == "api":
+            reuse = args.reuse_port
             with traced("clarion-api"):
-                _run(lambda: runner.until_signal(lambda stop: runner.serve_api(settings, stop)))
+                _run(
+                    lambda: runner.until_signal(
+                        lambda stop: runner.serve_api(settings, stop, reuse_port=reuse)
+                    )
+                )
         elif args.command == "worker":
             channels = [Channel(args.channel)]
             with traced(f"clarion-worker-{args.channel}"):
@@ -138,16 +157,17 @@ def main(argv: list[str] | None = None) -> None:
             _run(lambda: runner.until_signal(lambda stop: runner.run_relay(settings, stop)))
 
 
-async def _maintain(settings: Settings) -> None:
-    from commands import runner
+def _api_workers(args: argparse.Namespace) -> None:
+    """Supervise ``--workers`` API processes (``commands.api_workers``); never returns."""
+    from commands import api_workers
 
-    report = await runner.maintain_once(settings)
-    print(
-        f"created {len(report.created)} partition(s), dropped {len(report.dropped)}; days ahead: "
-        + ", ".join(f"{t} {n}" for t, n in report.days_ahead.items())
-    )
-    if any(report.default_rows.values()):
-        print("rows in default partitions: " + ", ".join(f"{t} {n}" for t, n in report.default_rows.items()))
+    if args.workers < 1 or args.reuse_port:
+        print("clarion: --workers takes a count of at least 1, without --reuse-port", file=sys.stderr)
+        raise SystemExit(2)
+    settings = _settings(api_port=args.port, api_host=args.host)
+    setup_logging(settings.log_level)
+    _need_bootstrap(settings)
+    raise SystemExit(api_workers.run(host=settings.api_host, port=settings.api_port, workers=args.workers))
 
 
 @contextlib.contextmanager
@@ -162,6 +182,18 @@ def traced(service: str) -> Iterator[None]:
         yield
     finally:
         tracing.shutdown()
+
+
+async def _maintain(settings: Settings) -> None:
+    from commands import runner
+
+    report = await runner.maintain_once(settings)
+    print(
+        f"created {len(report.created)} partition(s), dropped {len(report.dropped)}; days ahead: "
+        + ", ".join(f"{t} {n}" for t, n in report.days_ahead.items())
+    )
+    if any(report.default_rows.values()):
+        print("rows in default partitions: " + ", ".join(f"{t} {n}" for t, n in report.default_rows.items()))
 
 
 def _check_dev_key(settings: Settings) -> None:

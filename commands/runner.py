@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -20,13 +21,17 @@ from clarion import metrics
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.log_maintenance import Maintainer, MaintenanceReport
-from clarion.pg import asyncpg_dsn
+from clarion.pg import asyncpg_dsn, create_pool
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
+from commands.api_workers import reuse_port_socket
+from core import ssrf
 from core.templates import install_default_templates
 from schema.db import create_engine, ensure_database, upgrade_async
 from schema.enums import Channel
 from workers.app import Worker
+from workers.webhook_delivery import DeliverySettings, WebhookDeliverer
+from workers.webhook_record import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +96,10 @@ class EmbeddedServer(uvicorn.Server):
         yield
 
 
-def api_server(settings: Settings) -> EmbeddedServer:
+def api_server(settings: Settings, *, reuse_port: bool = False) -> EmbeddedServer:
+    # One of several processes on the port (``clarion api --workers N``): each answer names the
+    # process that served it, so a client or a test can tell the workers apart.
+    headers = [("clarion-api-pid", str(os.getpid()))] if reuse_port else []
     config = uvicorn.Config(
         create_app(settings),
         host=settings.api_host,
@@ -100,15 +108,23 @@ def api_server(settings: Settings) -> EmbeddedServer:
         access_log=False,
         lifespan="on",
         http=HeadLimitedProtocol,
+        headers=headers,
     )
     return EmbeddedServer(config)
 
 
 async def serve_api(
-    settings: Settings, stop: Callable[[], Awaitable[None]], ready: asyncio.Event | None = None
+    settings: Settings,
+    stop: Callable[[], Awaitable[None]],
+    ready: asyncio.Event | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> None:
-    server = api_server(settings)
-    serving = asyncio.create_task(server.serve())
+    """Serve the API until ``stop()`` returns, then drain. ``reuse_port``: bind with ``SO_REUSEPORT``,
+    as one of the processes of ``clarion api --workers N`` (``commands.api_workers``)."""
+    server = api_server(settings, reuse_port=reuse_port)
+    sockets = [reuse_port_socket(settings.api_host, settings.api_port)] if reuse_port else None
+    serving = asyncio.create_task(server.serve(sockets=sockets))
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn offers only a flag
         await asyncio.sleep(0.02)
     if serving.done():
@@ -144,41 +160,68 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
     metrics.serve_metrics(settings.metrics_port)
     engine = create_engine(settings.database_url, pool_size=2)
     publisher = Publisher(settings.kafka_bootstrap or "")
-    relay = Relay(
-        engine,
-        publisher,
-        interval_s=settings.relay_interval_s,
-        grace_s=settings.relay_grace_s,
-        stale_queued_s=settings.relay_stale_queued_s,
-    )
-    task = asyncio.create_task(relay.run())
-    maintainer = Maintainer(
-        asyncpg_dsn(settings.database_url),
-        retention_days=settings.retention_days,
-        partitions_ahead=settings.partition_days_ahead,
-        interval_s=settings.maintenance_interval_s,
-    )
-    upkeep = asyncio.create_task(maintainer.run(), name="clarion-log-maintenance")
-    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+    upkeep = asyncio.create_task(log_maintainer(settings).run(), name="clarion-log-maintenance")
     try:
-        await stop()
+        async with Relay.from_settings(engine, publisher, settings).running():
+            gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+            await stop()
     finally:
-        for running in (task, upkeep):
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+        upkeep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await upkeep
         await publisher.close()
         await engine.dispose()
 
 
-async def maintain_once(settings: Settings) -> MaintenanceReport:
-    """``clarion maintain``: one run of the log's upkeep (for cron, beside or instead of the relay's)."""
-    return await Maintainer(
+def log_maintainer(settings: Settings) -> Maintainer:
+    """The log's upkeep (``clarion.log_maintenance``): hourly in the relay, once in ``clarion maintain``."""
+    return Maintainer(
         asyncpg_dsn(settings.database_url),
         retention_days=settings.retention_days,
         partitions_ahead=settings.partition_days_ahead,
         interval_s=settings.maintenance_interval_s,
-    ).run_once()
+    )
+
+
+async def maintain_once(settings: Settings) -> MaintenanceReport:
+    """``clarion maintain``: one run of the log's upkeep (for cron, beside or instead of the relay's)."""
+    return await log_maintainer(settings).run_once()
+
+
+def delivery_settings(settings: Settings) -> DeliverySettings:
+    """What ``clarion webhooks`` needs of the settings, typed."""
+    return DeliverySettings(
+        concurrency=settings.webhook_concurrency,
+        lease_s=settings.webhook_lease_s,
+        timeout_s=settings.webhook_timeout_s,
+        poll_interval_s=settings.webhook_poll_interval_s,
+        retention_days=settings.webhook_retention_days,
+        allow=ssrf.AllowList.parse(settings.webhook_allow_hosts),
+        policy=RetryPolicy(
+            max_attempts=settings.webhook_max_attempts,
+            base_s=settings.webhook_retry_base_s,
+            max_s=settings.webhook_retry_max_s,
+            disable_after_failures=settings.webhook_disable_after_failures,
+            disable_after_s=settings.webhook_disable_after_s,
+        ),
+        breaker=settings.retry.breaker,
+    )
+
+
+async def run_webhooks(settings: Settings, stop: Callable[[], Awaitable[None]]) -> None:
+    """Send tenants' webhook deliveries until ``stop()`` returns (``workers.webhook_delivery``)."""
+    metrics.serve_metrics(settings.metrics_port)
+    pool = await create_pool(settings.database_url, size=min(settings.db_pool_size, 10))
+    deliverer = WebhookDeliverer(pool=pool, settings=delivery_settings(settings))
+    task = asyncio.create_task(deliverer.run())
+    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+    try:
+        await stop()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await pool.close()
 
 
 @dataclass
@@ -198,7 +241,8 @@ def first_send_curl(api_url: str, api_key: str) -> str:
 
 
 async def dev(settings: Settings) -> None:
-    """Broker (unless one is configured), migrations, topics, dev tenant, API, every worker and the relay."""
+    """Broker (unless one is configured), migrations, topics, dev tenant, API, every worker, the relay
+    and the webhook sender."""
     broker: TansuBroker | None = None
     if not settings.kafka_bootstrap:
         broker = TansuBroker()
@@ -218,6 +262,7 @@ async def dev(settings: Settings) -> None:
             asyncio.create_task(serve_api(settings, stop, api_ready)),
             asyncio.create_task(run_workers(settings, list(Channel), stop, workers_ready)),
             asyncio.create_task(run_relay(settings, stop)),
+            asyncio.create_task(run_webhooks(settings, stop)),
         ]
         # The banner promises a working system: wait for the API to listen and every worker to
         # have joined its consumer group (or for a part to fail starting).

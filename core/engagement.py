@@ -15,6 +15,9 @@ Guarantees:
 - bounded: a link is at most ``MAX_LINK_BYTES`` (callers cut or refuse longer ones), the markers
   kept per row at most ``SEEN_KEPT``; ``count`` saturates at 2**31 - 1.
 
+- each counted report is also a ``notification.<type>`` webhook event (``core.webhook_events``),
+  logged in the same transaction.
+
 Errors: asyncpg errors pass through (the caller's transaction decides).
 """
 
@@ -26,6 +29,8 @@ from uuid import UUID
 
 import asyncpg
 
+from core.analytics import ENGAGEMENT_COUNTS, RollupKey, add_counts, hour_of
+from core.webhook_events import WebhookEventIn, enqueue_events
 from schema.enums import EngagementType
 
 MAX_LINK_BYTES = 2048
@@ -73,7 +78,16 @@ ON CONFLICT (notification_id, type, link, tenant_id, notification_created_at) DO
        seen = (e.seen || excluded.seen)[greatest(1, cardinality(e.seen) + cardinality(excluded.seen)
                                                     - {SEEN_KEPT} + 1):]
  WHERE $8::text IS NULL OR NOT ($8::text = ANY(e.seen))
-RETURNING 1
+RETURNING e.count = 1 AS inserted  -- an update makes it 2 or more (xmax is not there on a partitioned table)
+"""
+# The notification's analytics key, for the first event of a type (core.analytics).
+_KEY = """
+SELECT channel, template, template_version, category, provider FROM notifications
+ WHERE id = $1 AND tenant_id = $2 AND created_at = $3
+"""
+_OTHER_LINK = """
+SELECT EXISTS (SELECT 1 FROM engagement WHERE notification_id = $1 AND type = 'clicked' AND link <> $2
+                  AND tenant_id = $3 AND notification_created_at = $4)
 """
 
 
@@ -88,7 +102,7 @@ async def record_engagement(*, conn: asyncpg.Connection, events: list[Engagement
     recorded: list[Recorded] = []
     for event in sorted(events, key=_sort_key):
         marker = event.marker[:MAX_MARKER_CHARS] if event.marker else None
-        row = await conn.fetchval(
+        inserted = await conn.fetchval(
             _UPSERT,
             event.notification_id,
             event.type.value,
@@ -99,5 +113,50 @@ async def record_engagement(*, conn: asyncpg.Connection, events: list[Engagement
             event.source,
             marker,
         )
-        recorded.append(Recorded(event=event, counted=row is not None))
+        recorded.append(Recorded(event=event, counted=inserted is not None))
+        if inserted:
+            await _count_first(conn, event)
+    # The tenant's webhooks, in the same transaction: a counted report is an event, a replay is not.
+    await enqueue_events(conn, events=[webhook_event(r.event) for r in recorded if r.counted])
     return recorded
+
+
+async def _count_first(conn: asyncpg.Connection, event: EngagementEvent) -> None:
+    """The analytics rollup of a notification's first event of a type (a click: on any link)."""
+    count = event.type.value
+    if count not in ENGAGEMENT_COUNTS:
+        return  # e.g. prefetched: shown, never counted
+    if event.type is EngagementType.clicked and await conn.fetchval(
+        _OTHER_LINK,
+        event.notification_id,
+        cut_link(event.link),
+        event.tenant_id,
+        event.notification_created_at,
+    ):
+        return
+    n = await conn.fetchrow(_KEY, event.notification_id, event.tenant_id, event.notification_created_at)
+    if n is None:
+        return
+    key = RollupKey(
+        tenant_id=event.tenant_id, hour=hour_of(event.notification_created_at), channel=n["channel"],
+        template=n["template"] or "", template_version=n["template_version"] or 0,
+        category=n["category"] or "", provider=n["provider"] or "",
+    )  # fmt: skip
+    await add_counts(conn=conn, count=count, keys=[key])
+
+
+def webhook_event(event: EngagementEvent) -> WebhookEventIn:
+    """The ``notification.<type>`` webhook event of a counted engagement report."""
+    data = {
+        "notification_id": str(event.notification_id),
+        "type": event.type.value,
+        "link": cut_link(event.link) or None,
+        "source": event.source,
+    }
+    return WebhookEventIn(
+        tenant_id=event.tenant_id,
+        notification_id=event.notification_id,
+        type=f"notification.{event.type.value}",
+        data=data,
+        occurred_at=event.at,
+    )

@@ -29,7 +29,8 @@ Modes:
   never charges it, and borrows only while the pool would still admit ``cost`` more right now
   (for a soft pool, under its nominal limit). Borrowed admissions are ``over_limit=True``.
 
-`core.ratelimit_redis` holds the Redis backend, which evaluates the same arithmetic in Lua.
+`core.ratelimit_redis` (one Redis) and `core.ratelimit_cluster` (Redis Cluster) evaluate the same
+arithmetic in the Lua script of `core.ratelimit_lua`.
 """
 
 from __future__ import annotations
@@ -299,7 +300,7 @@ class MemoryRateLimiter:
         return max(stamp_us - now_us + ahead_us, 0.0)
 
     def _decide(self, key: str, plan: GcraPlan, now_us: float) -> LimitDecision:
-        # Mirrors GCRA_LUA in core.ratelimit_redis line for line; "ahead" is max(tat, now) - now.
+        # Mirrors GCRA_LUA in core.ratelimit_lua line for line; "ahead" is max(tat, now) - now.
         p, cost = plan.primary, plan.cost
         ahead = self._ahead_us(key, now_us)
         used = ahead + cost * p.interval_us

@@ -8,7 +8,8 @@
 Providers classify once, here, and never retry, sleep or swallow: the worker's retry policy decides
 what happens next. The one exception is credential refresh: APNS re-mints its JWT after
 ``ExpiredProviderToken`` and FCM refreshes its OAuth token after ``401 UNAUTHENTICATED``, and each
-resends once; that is authentication, not a retry policy.
+resends once; that is authentication, not a retry policy. Nor is ``providers.h2client`` sending
+again an HTTP/2 stream the server declared unprocessed (GOAWAY, REFUSED_STREAM): it never reached APNs.
 
 ``code`` per provider: APNS the ``reason`` string (``Unregistered``), FCM the ``errorCode`` or
 canonical ``status`` (``UNREGISTERED``), Twilio the numeric code as a string (``21211``), SendGrid

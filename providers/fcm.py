@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any, ClassVar
 
-import aiohttp
 import google.auth.exceptions
 from google.auth.transport.requests import Request
 from google.oauth2 import service_account
@@ -24,6 +23,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
+from providers.session import LazySession, transport_errors
 from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
 
@@ -73,16 +73,8 @@ class FcmProvider:
         self._url = f"{settings.base_url.rstrip('/')}/v1/projects/{project}/messages:send"
         self._auth_request = _TimedRequest(settings.timeout_s)
         self._token_lock = asyncio.Lock()
-        self._session: aiohttp.ClientSession | None = None
+        self._http = LazySession(timeout_s=settings.timeout_s, max_connections=settings.max_connections)
         self.token_fetches = 0
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
-            )
-        return self._session
 
     async def access_token(self, *, rejected: str | None = None) -> str:
         """A valid OAuth2 access token; fetched at most once at a time, and only when missing,
@@ -131,16 +123,10 @@ class FcmProvider:
 
     async def _post(self, body: bytes, token: str) -> tuple[int, dict[str, str], dict[str, Any]]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        try:
-            async with self._http().post(self._url, data=body, headers=headers) as response:
+        with transport_errors(provider=self.name, label="FCM"):
+            async with self._http.get().post(self._url, data=body, headers=headers) as response:
                 raw = await response.read()
                 return response.status, dict(response.headers), _json_object(raw)
-        except TimeoutError as exc:
-            raise TransientProviderError("FCM timed out", provider=self.name, code="timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise TransientProviderError(
-                f"FCM connection failed: {exc!r}", provider=self.name, code="connection_error"
-            ) from exc
 
     def _classify(self, status: int, headers: dict[str, str], document: dict[str, Any]) -> ProviderError:
         error = document.get("error") if isinstance(document.get("error"), dict) else {}
@@ -166,9 +152,7 @@ class FcmProvider:
 
     async def aclose(self) -> None:
         """Close the connection pool and the token fetcher's session."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._http.aclose()
         self._auth_request.session.close()
 
 

@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-import aiohttp
 from sendgrid.helpers.mail import (
     Category,
     CustomArg,
@@ -38,6 +37,7 @@ from providers.errors import (
     parse_retry_after,
 )
 from providers.headers import check_header_value
+from providers.session import LazySession, transport_errors
 from providers.settings import SendGridSettings
 from schema.enums import Channel
 
@@ -59,21 +59,14 @@ class SendGridProvider:
         self._settings = settings
         self._from_email: str = settings.from_email
         self._url = f"{settings.base_url.rstrip('/')}/v3/mail/send"
-        self._headers = {
+        headers = {
             "Authorization": f"Bearer {settings.api_key.get_secret_value()}",
             "Content-Type": "application/json",
             "Accept": "application/json",
         }
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
-                headers=self._headers,
-            )
-        return self._session
+        self._http = LazySession(
+            timeout_s=settings.timeout_s, max_connections=settings.max_connections, headers=headers
+        )
 
     def body(self, message: RenderedMessage) -> dict[str, Any]:
         """The Mail Send JSON for one message, built with the SDK's mail helpers (which put
@@ -117,16 +110,10 @@ class SendGridProvider:
     async def send(self, message: RenderedMessage) -> SendResult:
         """Hand one email to SendGrid; returns its ``X-Message-Id``. Raises from ``providers.errors``."""
         payload = json.dumps(self.body(message), separators=(",", ":"), ensure_ascii=False).encode()
-        try:
-            async with self._http().post(self._url, data=payload) as response:
+        with transport_errors(provider=self.name, label="SendGrid"):
+            async with self._http.get().post(self._url, data=payload) as response:
                 status, headers = response.status, response.headers
                 raw = await response.read()
-        except TimeoutError as exc:
-            raise TransientProviderError("SendGrid timed out", provider=self.name, code="timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise TransientProviderError(
-                f"SendGrid connection failed: {exc!r}", provider=self.name, code="connection_error"
-            ) from exc
         if 200 <= status < 300:
             # Sandbox mode answers 200 and may omit X-Message-Id.
             message_id = headers.get("X-Message-Id") or f"sandbox-{message.notification_id}"
@@ -153,9 +140,7 @@ class SendGridProvider:
 
     async def aclose(self) -> None:
         """Close the connection pool; a later ``send`` opens a new one."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._http.aclose()
 
 
 def _address(kind: type[_E], address: str, name: str | None = None) -> _E:

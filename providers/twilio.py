@@ -16,8 +16,6 @@ import json
 import time
 from typing import Any, ClassVar
 
-import aiohttp
-
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
     InvalidRecipient,
@@ -26,6 +24,7 @@ from providers.errors import (
     TransientProviderError,
     parse_retry_after,
 )
+from providers.session import LazySession, transport_errors
 from providers.settings import TwilioSettings
 from schema.enums import Channel
 
@@ -68,17 +67,12 @@ class TwilioProvider:
         else:
             assert settings.auth_token is not None
             user, password = settings.account_sid, settings.auth_token.get_secret_value()
-        self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self._settings.max_connections),
-                headers={"Authorization": self._authorization, "Accept": "application/json"},
-            )
-        return self._session
+        authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self._http = LazySession(
+            timeout_s=settings.timeout_s,
+            max_connections=settings.max_connections,
+            headers={"Authorization": authorization, "Accept": "application/json"},
+        )
 
     def _form(self, message: RenderedMessage) -> dict[str, str]:
         form = {"To": message.to, "Body": message.body}
@@ -106,16 +100,10 @@ class TwilioProvider:
         Raises from ``providers.errors``; never retries (Twilio has no idempotency key, so a retry
         after a timeout may send twice: the worker's policy decides).
         """
-        try:
-            async with self._http().post(self._url, data=self._form(message)) as response:
+        with transport_errors(provider=self.name, label="Twilio"):
+            async with self._http.get().post(self._url, data=self._form(message)) as response:
                 status, headers = response.status, response.headers
                 document = _json_object(await response.read())
-        except TimeoutError as exc:
-            raise TransientProviderError("Twilio timed out", provider=self.name, code="timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise TransientProviderError(
-                f"Twilio connection failed: {exc!r}", provider=self.name, code="connection_error"
-            ) from exc
         if status in (200, 201) and isinstance(document.get("sid"), str):
             return SendResult(
                 provider=self.name,
@@ -140,9 +128,7 @@ class TwilioProvider:
 
     async def aclose(self) -> None:
         """Close the connection pool; a later ``send`` opens a new one."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._http.aclose()
 
 
 def _segments(value: Any) -> int:

@@ -303,3 +303,113 @@ class SandboxMessage(SQLModel, table=True):
     data: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column(JSONB, nullable=False))
     provider_message_id: str
     created_at: datetime | None = Field(default=None, sa_column=_now_col(primary_key=True))
+
+
+class AnalyticsHourly(SQLModel, table=True):
+    """Hourly counts per tenant, channel, template (version), category and provider, kept up to
+    date as notifications are accepted, end and are engaged with (``core.analytics``).
+
+    Range partitioned on ``hour`` (the hour a notification was accepted) so it ages out by whole
+    days with the log; a few rows per tenant and hour, not one per notification.
+    """
+
+    __tablename__ = "analytics_hourly"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (hour)"},)
+    tenant_id: str = Field(primary_key=True, max_length=64)
+    hour: datetime = Field(sa_column=sa.Column(TS, primary_key=True, nullable=False))
+    channel: str = Field(primary_key=True, max_length=8)
+    template: str = Field(default="", primary_key=True, max_length=128, description="'' for inline content")
+    template_version: int = Field(default=0, primary_key=True)
+    category: str = Field(default="", primary_key=True, max_length=64)
+    provider: str = Field(
+        default="", primary_key=True, max_length=32, description="'' before a provider is known"
+    )
+    accepted: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    sent: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    failed: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    suppressed: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    delivered: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    bounced: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    opened: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    clicked: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    unsubscribed: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    complained: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A tenant's receiver of outbound webhooks (Standard Webhooks signed)."""
+
+    __tablename__ = "webhook_endpoints"
+    id: uuid.UUID = Field(default_factory=uuid7, primary_key=True)
+    tenant_id: str = Field(foreign_key="tenants.id", index=True)
+    url: str = Field(max_length=2048)
+    event_types: list[str] = Field(sa_column=sa.Column(ARRAY(sa.Text), nullable=False))
+    enabled: bool = Field(default=True)
+    secret: str = Field(description="whsec_<base64>: signs every payload; shown to the tenant once")
+    previous_secret: str | None = Field(default=None, description="the secret before a rotation")
+    previous_secret_until: datetime | None = Field(
+        default=None,
+        sa_column=sa.Column(TS, nullable=True),
+        description="payloads carry both signatures until then",
+    )
+    failure_streak: int = Field(default=0, description="failed calls since the last success")
+    failing_since: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
+    disabled_reason: str | None = Field(default=None, description="why Clarion disabled it (shown on GET)")
+    disabled_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
+    created_at: datetime | None = Field(default=None, sa_column=_now_col())
+    updated_at: datetime | None = Field(default=None, sa_column=_now_col())
+
+
+class WebhookEvent(SQLModel, table=True):
+    """One event in a tenant's webhook log (what a replay resends). Daily partitions on created_at."""
+
+    __tablename__ = "webhook_events"
+    __table_args__ = (
+        sa.Index("ix_webhook_events_tenant_created", "tenant_id", "created_at"),
+        {"postgresql_partition_by": "RANGE (created_at)"},
+    )
+    id: uuid.UUID = Field(primary_key=True, description="UUIDv7; the webhook-id header of every delivery")
+    created_at: datetime = Field(
+        sa_column=sa.Column(TS, server_default=sa.func.now(), nullable=False, primary_key=True)
+    )
+    tenant_id: str = Field(max_length=64)
+    notification_id: uuid.UUID | None = None
+    type: str = Field(max_length=64)
+    occurred_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
+    body: str = Field(description="the exact JSON text that is signed and sent")
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event to one endpoint: the unit that is claimed, sent, retried. Daily partitions on created_at."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        sa.Index(
+            "ix_webhook_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=sa.text("state = 'pending'"),
+        ),
+        sa.Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at"),
+        {"postgresql_partition_by": "RANGE (created_at)"},
+    )
+    id: uuid.UUID = Field(primary_key=True)
+    created_at: datetime = Field(
+        sa_column=sa.Column(TS, server_default=sa.func.now(), nullable=False, primary_key=True)
+    )
+    endpoint_id: uuid.UUID
+    tenant_id: str = Field(max_length=64)
+    event_id: uuid.UUID
+    event_type: str = Field(max_length=64)
+    body: str
+    state: str = Field(
+        default="pending", max_length=12, description="pending | delivered | failed | cancelled"
+    )
+    attempts: int = Field(default=0)
+    next_attempt_at: datetime = Field(sa_column=sa.Column(TS, server_default=sa.func.now(), nullable=False))
+    last_attempt_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
+    last_status: int | None = Field(default=None, description="HTTP status of the last call, if it got one")
+    last_error: str | None = None
+    delivered_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
+    replay: bool = Field(default=False, description="made by a replay request")

@@ -5,6 +5,11 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   echo "starting PostgreSQL" >&2
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
 fi
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  # tests/workers/test_ratelimit_cluster.py starts its own three-node Redis Cluster with these
+  echo "installing Redis (redis-server, redis-cli)" >&2
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server; } >/dev/null || true
+fi
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   echo "starting Redis" >&2
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \

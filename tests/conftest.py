@@ -4,7 +4,6 @@ the API under uvicorn, a worker per channel and the relay, all in this process; 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from api.relay import Relay
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.settings import Settings
-from harness.services import ApiServer, drop_database, fresh_database
+from harness.services import ApiServer, api_client, drop_database, fresh_database
 from harness.tenants import TenantInfo, make_tenant
 from schema.db import create_engine
 from schema.enums import Channel
@@ -93,18 +92,8 @@ async def stack(settings: Settings, api: ApiServer, engine: AsyncEngine) -> Asyn
     workers = {ch: Worker(settings, ch) for ch in Channel}
     await asyncio.gather(*(w.start() for w in workers.values()))
     publisher = Publisher(settings.kafka_bootstrap or "")
-    relay = Relay(
-        engine,
-        publisher,
-        interval_s=settings.relay_interval_s,
-        grace_s=settings.relay_grace_s,
-        stale_queued_s=settings.relay_stale_queued_s,
-    )
-    relay_task = asyncio.create_task(relay.run())
-    yield Stack(api, workers, relay)
-    relay_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await relay_task
+    async with Relay.from_settings(engine, publisher, settings).running() as relay:
+        yield Stack(api, workers, relay)
     await publisher.close()
     for w in workers.values():
         await w.stop()
@@ -118,7 +107,5 @@ async def tenant(engine: AsyncEngine) -> TenantInfo:
 
 @pytest.fixture
 async def client(api: ApiServer, tenant: TenantInfo) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as c:
+    async with api_client(api.url, tenant.key) as c:
         yield c

@@ -16,7 +16,7 @@ from clarion.settings import Settings
 from schema.enums import Channel
 
 ROOT = Path(__file__).resolve().parents[1]
-CLARION_SERVICES = ["migrate", "api", "relay", *(f"worker-{c.value}" for c in Channel)]
+CLARION_SERVICES = ["migrate", "api", "relay", "webhooks", *(f"worker-{c.value}" for c in Channel)]
 SECRET_WORDS = ("PASSWORD", "SECRET", "API_KEY", "TOKEN", "PRIVATE_KEY", "AUTH")
 
 

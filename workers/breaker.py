@@ -46,17 +46,26 @@ class CircuitBreaker:
     """One provider's breaker. Not thread-safe; one event loop uses it."""
 
     def __init__(
-        self, provider: str, settings: BreakerSettings, *, clock: Callable[[], float] = time.monotonic
+        self,
+        provider: str,
+        settings: BreakerSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        export: bool = True,
     ) -> None:
+        """``export=False`` keeps the state out of ``clarion_breaker_state`` (a webhook endpoint's
+        breaker: one series per tenant endpoint would be unbounded)."""
         self.provider = provider
         self.settings = settings
         self._clock = clock
+        self._export = export
         self._calls: deque[tuple[float, bool]] = deque()
         self._failures = 0  # failed calls in ``_calls``, kept as calls come and go (O(1) a call)
         self._state = CLOSED
         self._opened_at = 0.0
         self._probing = False
-        metrics.BREAKER_STATE.labels(provider).set(_GAUGE[CLOSED])
+        if export:
+            metrics.BREAKER_STATE.labels(provider).set(_GAUGE[CLOSED])
 
     @property
     def state(self) -> str:
@@ -115,7 +124,8 @@ class CircuitBreaker:
 
     def _set(self, state: str) -> None:
         self._state = state
-        metrics.BREAKER_STATE.labels(self.provider).set(_GAUGE[state])
+        if self._export:
+            metrics.BREAKER_STATE.labels(self.provider).set(_GAUGE[state])
 
 
 class Breakers:

@@ -8,7 +8,8 @@ delays, redeliveries) are never duplicates of themselves.
 
 Two stores, picked by configuration:
 
-- **Redis** (``CLARION_REDIS_URL`` set): ``SET NX EX window`` on ``tenant:user:channel:hash``
+- **Redis** (``CLARION_REDIS_URL`` set; a ``redis+cluster://`` URL for Redis Cluster, where each
+  key is one command on its own slot): ``SET NX EX window`` on ``tenant:user:channel:hash``
   holding the owner's id; atomic across every worker. If the owner ended without being sent
   (throttled, failed, expired...), the next one takes the key over. If Redis is unreachable the
   gate lets the notification through (fails open, like the rate limiter).
@@ -29,9 +30,13 @@ from uuid import UUID
 
 import asyncpg
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError
 
 from clarion.rules import RulesCache
+from core.ratelimit_cluster import cluster_url
 from core.render import RenderedContent, Renderer
 from schema.enums import Status
 from schema.ids import created_window
@@ -65,13 +70,13 @@ class ContentDedupeGate:
         rules: RulesCache,
         pool: asyncpg.Pool,
         renderer: Renderer,
-        redis: Redis | None = None,
+        redis: Redis | RedisCluster | None = None,
         key_prefix: str = "clarion:cd:",
     ) -> None:
         self.rules = rules
         self.pool = pool
         self.renderer = renderer
-        self.redis = redis
+        self.redis: Any = redis  # types-redis lacks the async RedisCluster commands
         self.key_prefix = key_prefix
 
     async def admit(
@@ -103,6 +108,8 @@ class ContentDedupeGate:
         assert self.redis is not None
         name, me = self.key_prefix + key, str(nid)
         try:
+            if isinstance(self.redis, RedisCluster):  # topology first: redis-py's async cluster
+                await self.redis.initialize()  # client, first used by several at once, broke a write
             if await self.redis.set(name, me, nx=True, ex=window_s):
                 return None
             owner = await self.redis.get(name)
@@ -111,7 +118,7 @@ class ContentDedupeGate:
                 await self.redis.set(name, me, ex=window_s)
                 return None
             return holder
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             log.warning("content dedupe: Redis unavailable (%r); sending without the check", exc)
             return None
 
@@ -141,7 +148,14 @@ def build_content_dedupe(
     *, rules: RulesCache, pool: asyncpg.Pool, redis_url: str | None, key_prefix: str = "clarion:"
 ) -> ContentDedupeGate:
     """The gate on Redis when ``redis_url`` is set, else on PostgreSQL (see module docstring)."""
-    redis = Redis.from_url(redis_url, socket_timeout=0.25, socket_connect_timeout=0.25) if redis_url else None
+    redis: Redis | RedisCluster | None = None
+    if redis_url and (plain := cluster_url(redis_url)):
+        redis = RedisCluster.from_url(
+            plain, socket_timeout=0.25, socket_connect_timeout=0.25,
+            retry=Retry(NoBackoff(), 1),  # type: ignore[arg-type]  # types-redis wants the sync Retry
+        )  # fmt: skip
+    elif redis_url:
+        redis = Redis.from_url(redis_url, socket_timeout=0.25, socket_connect_timeout=0.25)
     return ContentDedupeGate(
         rules=rules, pool=pool, renderer=Renderer(), redis=redis, key_prefix=f"{key_prefix}cd:"
     )

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
 
 from clarion import metrics
+from core.analytics import STATUS_COUNTS, RollupKey, add_counts, hour_of
+from core.webhook_events import WebhookEventIn, enqueue_events, outcome_event_type
 from schema.enums import Channel, Status
 from schema.ids import created_window
 from workers.outcome import Outcome
@@ -45,6 +48,8 @@ UPDATE notifications n
        AS v(id, status, calls, provider, provider_message_id, error_code, error_message, not_before, detail,
             content_hash)
  WHERE n.id = v.id AND n.status = 'sending' AND n.created_at BETWEEN $11 AND $12
+RETURNING n.id, n.tenant_id, n.event_id, n.channel, n.status, n.provider, n.error_code, n.created_at,
+          n.template, n.template_version, n.category
 """
 
 ATTEMPT_COLUMNS = [
@@ -115,9 +120,54 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         for a in o.attempts
     ]
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(RECORD, *columns, *created_window(o.notification_id for o in outcomes))
+        recorded = await conn.fetch(RECORD, *columns, *created_window(o.notification_id for o in outcomes))
+        await _count(conn, recorded)
         if attempts:
             await conn.copy_records_to_table("delivery_attempts", records=attempts, columns=ATTEMPT_COLUMNS)
+        # In the same transaction: a webhook event exists if and only if its outcome was stored.
+        await enqueue_events(conn, events=outcome_events(recorded))
+
+
+def outcome_events(recorded: Sequence[asyncpg.Record]) -> list[WebhookEventIn]:
+    """The webhook events of the outcomes ``RECORD`` stored (``sent`` and terminal failures)."""
+    now = datetime.now(UTC)
+    events = []
+    for row in recorded:
+        type_ = outcome_event_type(row["status"])
+        if type_ is None:
+            continue
+        data = {
+            "notification_id": str(row["id"]),
+            "event_id": row["event_id"],
+            "channel": row["channel"],
+            "status": row["status"],
+            "provider": row["provider"],
+            "error_code": row["error_code"],
+        }
+        events.append(
+            WebhookEventIn(
+                tenant_id=row["tenant_id"], notification_id=row["id"], type=type_, data=data, occurred_at=now
+            )
+        )
+    return events
+
+
+async def _count(conn: asyncpg.Connection, recorded: list[asyncpg.Record]) -> None:
+    """The analytics rollups of the rows this transaction moved to a final status (a replayed
+    outcome moved none: it counts nothing)."""
+    by_count: dict[str, list[RollupKey]] = {}
+    for r in recorded:
+        count = STATUS_COUNTS.get(r["status"])
+        if count is not None:
+            by_count.setdefault(count, []).append(
+                RollupKey(
+                    tenant_id=r["tenant_id"], hour=hour_of(r["created_at"]), channel=r["channel"],
+                    template=r["template"] or "", template_version=r["template_version"] or 0,
+                    category=r["category"] or "", provider=r["provider"] or "",
+                )
+            )  # fmt: skip
+    for count, keys in by_count.items():
+        await add_counts(conn=conn, count=count, keys=keys)
 
 
 async def record(

@@ -5,16 +5,17 @@ and partition, waiting notifications and the oldest one's age per channel), refr
 scrape. Its series name every tenant, so it answers only a scraper holding ``CLARION_METRICS_TOKEN``
 (and anyone under ``clarion dev``). Workers and the relay serve their own counters on
 ``CLARION_METRICS_PORT``; under ``clarion dev`` everything runs in one process, so this endpoint
-shows it all.
+shows it all. Under ``clarion api --workers N`` it shows the N API processes' series together.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import bearer_matches
@@ -50,7 +51,17 @@ async def prometheus_metrics(request: Request) -> Response:
             )
     monitor: QueueMonitor = request.app.state.queues
     await monitor.refresh_gauges()
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)
+
+
+def _registry() -> CollectorRegistry:
+    """This process's series, or under ``clarion api --workers N`` every API process's, summed
+    (prometheus_client's multiprocess mode: ``clarion.metrics``)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
 
 
 class RejectionCounter:

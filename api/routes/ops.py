@@ -62,6 +62,13 @@ async def dashboard() -> FileResponse:
     return FileResponse(STATIC / "ops.html", media_type="text/html", headers=OPS_PAGE_HEADERS)
 
 
+@router.get("/ops/analytics.js", include_in_schema=False)
+async def dashboard_analytics_script() -> FileResponse:
+    return FileResponse(
+        STATIC / "analytics.js", media_type="text/javascript", headers={"Cache-Control": "no-store"}
+    )
+
+
 @router.get("/ops/ops.js", include_in_schema=False)
 async def dashboard_script() -> FileResponse:
     return FileResponse(

@@ -34,6 +34,8 @@
     return { status: response.status, body };
   }
 
+  window.ClarionOps = { el }; // shared with analytics.js, loaded after this file
+
   function errorText(result) {
     const e = result.body && result.body.error;
     return e ? `${e.code}: ${e.message}` : `HTTP ${result.status}`;

@@ -107,6 +107,16 @@ class FakeApns(FakeServer):
         """Every provider JWT seen so far is now refused with 403 ExpiredProviderToken."""
         self.min_iat = max(self._verified.values(), default=int(time.time())) + 1
 
+    def drop_connections(self) -> None:
+        """Close every client connection now, as a server restart or network cut would."""
+        for transport in list(self._server.transports):
+            transport.close()
+
+    def send_goaway(self) -> None:
+        """Send GOAWAY on every connection, as APNs does when it retires one."""
+        for connection in list(self._server.connections):
+            connection.goaway()
+
     @property
     def jwts(self) -> list[str]:
         """Distinct provider tokens received, in order of first use."""

@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from harness.fakes.base import AiohttpFake, json_response, run_cli
+from harness.fakes.reports import Reports
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _TEMPLATE_ID = re.compile(r"^d-[0-9a-f]{32}$")
@@ -62,8 +62,7 @@ class FakeSendGrid(AiohttpFake):
                 serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         ).decode()
-        self._webhook_tasks: set[asyncio.Task[Any]] = set()
-        self._client: aiohttp.ClientSession | None = None
+        self._reports = Reports()
 
     def info(self) -> dict[str, Any]:
         return {"url": self.url, "api_key": self.api_key, "webhook_public_key": self.public_key}
@@ -88,13 +87,12 @@ class FakeSendGrid(AiohttpFake):
         }
 
     async def stop(self) -> None:
-        for task in list(self._webhook_tasks):
-            task.cancel()
-        await asyncio.gather(*self._webhook_tasks, return_exceptions=True)
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self._reports.aclose()
         await super().stop()
+
+    async def events_settled(self) -> None:
+        """Return once every Event Webhook batch scheduled so far has been posted (or failed)."""
+        await self._reports.settled()
 
     def _schedule_events(self, body: dict[str, Any], message_id: str) -> None:
         if not self.webhook_url:
@@ -124,26 +122,18 @@ class FakeSendGrid(AiohttpFake):
                 else:
                     final = {"event": "delivered", "response": "250 OK"}
                 events.append({**common, **final, "sg_event_id": secrets.token_urlsafe(16)})
-        task = asyncio.create_task(self.post_events(events, delay_s=self.webhook_delay_s))
-        self._webhook_tasks.add(task)
-        task.add_done_callback(self._webhook_tasks.discard)
+        self._reports.schedule(self.post_events(events, delay_s=self.webhook_delay_s))
 
     async def post_events(self, events: list[dict[str, Any]], *, delay_s: float = 0.0) -> EventPost:
         """POST one signed batch of ``events`` to ``webhook_url`` (as SendGrid does)."""
         assert self.webhook_url, "set webhook_url first"
         await asyncio.sleep(delay_s)
-        if self._client is None:
-            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         payload = json.dumps(events).encode()
         post = EventPost(events)
         self.event_posts.append(post)
-        try:
-            async with self._client.post(
-                self.webhook_url, data=payload, headers=self.signed_headers(payload)
-            ) as response:
-                post.status = response.status
-        except (aiohttp.ClientError, TimeoutError):
-            post.status = -1
+        post.status = await self._reports.post(
+            self.webhook_url, data=payload, headers=self.signed_headers(payload)
+        )
         return post
 
     def fail_email(

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from twilio.request_validator import RequestValidator
 
 from harness.fakes.base import AiohttpFake, json_response, run_cli
+from harness.fakes.reports import Reports
 
 
 @dataclass
@@ -88,8 +88,7 @@ class FakeTwilio(AiohttpFake):
         # Twilio's Messages API sends no Retry-After on 429 (docs/providers.md 7.3). True adds
         # one, for pipeline tests of Retry-After handling only, never for Twilio's behaviour.
         self.retry_after_hint = False
-        self._callback_tasks: set[asyncio.Task[None]] = set()
-        self._client: aiohttp.ClientSession | None = None
+        self._reports = Reports()
 
     def fail_number_async(self, number: str, code: int, *, status: str = "undelivered") -> None:
         """Creates to ``number`` succeed, then its final status callback is ``status`` (``undelivered``
@@ -101,12 +100,7 @@ class FakeTwilio(AiohttpFake):
         return str(RequestValidator(self.auth_token).compute_signature(url, params))
 
     async def stop(self) -> None:
-        for task in list(self._callback_tasks):
-            task.cancel()
-        await asyncio.gather(*self._callback_tasks, return_exceptions=True)
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self._reports.aclose()
         await super().stop()
 
     def _schedule_callbacks(self, form: dict[str, str], resource: dict[str, Any]) -> None:
@@ -130,25 +124,17 @@ class FakeTwilio(AiohttpFake):
         steps = [{"MessageStatus": "sent"}, final]
         if self.callbacks_reversed:
             steps.reverse()
-        task = asyncio.create_task(self._post_callbacks(url, [{**common, **step} for step in steps]))
-        self._callback_tasks.add(task)
-        task.add_done_callback(self._callback_tasks.discard)
+        self._reports.schedule(self._post_callbacks(url, [{**common, **step} for step in steps]))
 
     async def _post_callbacks(self, url: str, batches: list[dict[str, str]]) -> None:
-        if self._client is None:
-            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         for params in batches:
             await asyncio.sleep(self.callback_delay_s)
             params["SmsStatus"] = params["MessageStatus"]
             callback = Callback(url, params, self.sign(url, params))
             self.callbacks.append(callback)
-            try:
-                async with self._client.post(
-                    url, data=params, headers={"X-Twilio-Signature": callback.signature}
-                ) as response:
-                    callback.status = response.status
-            except (aiohttp.ClientError, TimeoutError):
-                callback.status = -1
+            callback.status = await self._reports.post(
+                url, data=params, headers={"X-Twilio-Signature": callback.signature}
+            )
 
     def info(self) -> dict[str, Any]:
         return {"url": self.url, "account_sid": self.account_sid, "auth_token": self.auth_token}

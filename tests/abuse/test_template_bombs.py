@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import refused
+from tests.fixtures.hostile_templates import HOSTILE
 from tests.fixtures.sends import count_notifications, email_send
-from tests.workers.hostile_templates import HOSTILE
 
 SAMPLE = [
     "power_squaring", "sum_lists", "repr_string", "repr_output", "parens_100", "nested_if_100",

@@ -17,10 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import create_app
 from harness.services import ApiServer, api_client
+from schema.ids import uuid7
 from tests.conftest import METRICS_TOKEN, Stack, TenantInfo, make_tenant
 from tests.fixtures.delivery import wait_status
 from tests.fixtures.sends import email_send
@@ -38,6 +40,8 @@ NOT_KEY_AUTHENTICATED = {
     ("POST", "/v1/webhooks/twilio/status"),
     ("POST", "/v1/webhooks/sendgrid/events"),
     ("POST", "/v1/device/events"),  # the push's signed token names tenant and notification
+    ("GET", "/t/o/{token}"),  # email tracking: the signed token names tenant, notification, link
+    ("GET", "/t/c/{token}"),
 }
 
 
@@ -59,6 +63,8 @@ class Victim:
     rule_name: str
     key_id: str
     key_name: str
+    endpoint_id: str = ""
+    endpoint_url: str = ""
 
     def markers(self) -> dict[str, str]:
         """Strings that appear only in A's data."""
@@ -73,6 +79,8 @@ class Victim:
             "A's key id": self.key_id,
             "A's key name": self.key_name,
             "A's category": self.category,
+            "A's webhook endpoint id": self.endpoint_id,
+            "A's webhook endpoint URL": self.endpoint_url,
         }
 
 
@@ -87,9 +95,7 @@ async def make_victim(api_url: str, engine: AsyncEngine) -> Victim:
     email, token = f"victim-{tag}@a.example.com", secrets.token_hex(32)
     external_id, category, template = f"victim-{tag}", f"cat{tag}", f"tpl{tag}"
     marker = f"only-A-{tag}"
-    async with httpx.AsyncClient(
-        base_url=api_url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as a:
+    async with api_client(api_url, tenant.key) as a:
         body = email_send(user={"id": external_id, "email": email}, event_id=f"evt-A-{tag}")
         nid = (await _ok(await a.post("/v1/notifications", json=body)))["id"]
         await wait_status(a, nid, "sent", 30)
@@ -102,9 +108,19 @@ async def make_victim(api_url: str, engine: AsyncEngine) -> Victim:
         rule = {"name": f"rule-{tag}", "scope": "recipient", "channel": "sms", "limit": 7, "period_s": 60}
         rule_id = (await _ok(await a.post("/v1/rate-limits", json=rule)))["id"]
         key = await _ok(await a.post("/v1/keys", json={"name": f"key-{tag}", "scopes": ["read"]}))
+    # Straight into the table: this API's SSRF rule refuses every URL a test can listen on.
+    endpoint_id, endpoint_url = str(uuid7()), f"http://127.0.0.1:9/victim-{tag}"
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret)"
+                " VALUES (:i, :t, :u, ARRAY['notification.sent'], 'whsec_AAAA')"
+            ),
+            {"i": endpoint_id, "t": tenant.id, "u": endpoint_url},
+        )
     return Victim(
         tenant, nid, body["event_id"], body, external_id, email, token, category, template, marker,
-        str(rule_id), f"rule-{tag}", key["id"], f"key-{tag}",
+        str(rule_id), f"rule-{tag}", key["id"], f"key-{tag}", endpoint_id, endpoint_url,
     )  # fmt: skip
 
 
@@ -116,6 +132,7 @@ def _path_value(victim: Victim, path: str, name: str) -> str:
         "rule_id": victim.rule_id,
         "key_id": victim.key_id,
         "channel": "email",
+        "endpoint_id": victim.endpoint_id,
     }
     if name == "name":
         return victim.template if path.startswith("/v1/templates") else victim.category
@@ -149,6 +166,9 @@ def _body(victim: Victim, schema: dict[str, Any] | None) -> Any:
         "TenantSettingsIn": {"content_dedupe_window_s": 60},
         "KeyIn": {"name": "b-key", "scopes": ["read"]},
         "EngagementIn": {"type": "opened"},  # B reporting an open of A's notification
+        "EndpointIn": {"url": victim.endpoint_url, "event_types": ["notification.sent"]},
+        "EndpointPatch": {"enabled": False, "url": "http://127.0.0.1:9/b"},
+        "ReplayIn": {"since": "2026-01-01T00:00:00Z"},
     }
     if name not in bodies:
         pytest.fail(f"teach test_tenant_isolation a body for the request schema '{name}'")
@@ -203,9 +223,7 @@ async def test_every_route_keeps_tenant_b_out_of_tenant_a(
 
 
 async def _assert_victim_unchanged(api_url: str, victim: Victim) -> None:
-    async with httpx.AsyncClient(
-        base_url=api_url, headers={"Authorization": f"Bearer {victim.tenant.key}"}, timeout=15
-    ) as a:
+    async with api_client(api_url, victim.tenant.key) as a:
         note = await _ok(await a.get(f"/v1/notifications/{victim.notification_id}"), 200)
         assert note["status"] == "sent", note
         assert note["engagement"] == [], note  # B's report of an open was refused
@@ -222,6 +240,8 @@ async def _assert_victim_unchanged(api_url: str, victim: Victim) -> None:
         assert rule["limit"] == 7, rule
         keys = {k["id"]: k for k in (await a.get("/v1/keys")).json()}
         assert keys[victim.key_id]["revoked_at"] is None, keys[victim.key_id]
+        endpoint = await _ok(await a.get(f"/v1/webhook-endpoints/{victim.endpoint_id}"), 200)
+        assert (endpoint["enabled"], endpoint["url"]) == (True, victim.endpoint_url), endpoint
         search = (await a.get("/v1/notifications", params={"user": victim.external_id})).json()
         assert [i["id"] for i in search["items"]] == [victim.notification_id], search
 

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import TenantInfo
+from tests.fixtures.db import scalar
 from tests.fixtures.sends import count_notifications, email_send
 
 
@@ -86,31 +87,20 @@ async def test_concurrent_sends_to_one_user_create_it_once(
     responses = await asyncio.gather(*(client.post("/v1/notifications", json=b) for b in bodies))
     assert [r.status_code for r in responses] == [202] * 10
     assert await _users(engine, tenant.id) == {"shared"}
-    async with engine.connect() as conn:
-        email = (
-            await conn.execute(
-                sa.text("SELECT email FROM users WHERE tenant_id = :t AND external_id = 'shared'"),
-                {"t": tenant.id},
-            )
-        ).scalar_one()
+    email = await scalar(
+        engine, "SELECT email FROM users WHERE tenant_id = :t AND external_id = 'shared'", t=tenant.id
+    )
     assert email in {f"v{i}@example.com" for i in range(10)}
-    async with engine.connect() as conn:
-        users_of_sends = (
-            await conn.execute(
-                sa.text("SELECT count(DISTINCT user_id) FROM notifications WHERE tenant_id = :t"),
-                {"t": tenant.id},
-            )
-        ).scalar_one()
-    assert users_of_sends == 1
+    users_of_sends = "SELECT count(DISTINCT user_id) FROM notifications WHERE tenant_id = :t"
+    assert await scalar(engine, users_of_sends, t=tenant.id) == 1
 
 
 async def test_inline_details_update_the_user_and_repeating_them_writes_nothing(
     client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
     async def row_version() -> str:
-        async with engine.connect() as conn:
-            query = "SELECT xmin::text FROM users WHERE tenant_id = :t AND external_id = 'ada'"
-            return str((await conn.execute(sa.text(query), {"t": tenant.id})).scalar_one())
+        query = "SELECT xmin::text FROM users WHERE tenant_id = :t AND external_id = 'ada'"
+        return str(await scalar(engine, query, t=tenant.id))
 
     first = {"id": "ada", "email": "ada@example.com", "phone": "+14155550100", "timezone": "Europe/Paris"}
     assert (await client.post("/v1/notifications", json=email_send(user=first))).status_code == 202

@@ -16,6 +16,7 @@ from clarion.tokens import InvalidToken, make_token, verify_token
 from harness.services import ApiServer, api_client
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
+from tests.fixtures.db import scalar
 
 
 async def new_user(client: httpx.AsyncClient, external_id: str = "u-pref") -> None:
@@ -24,17 +25,15 @@ async def new_user(client: httpx.AsyncClient, external_id: str = "u-pref") -> No
 
 
 async def internal_id(engine: AsyncEngine, tenant_id: str, external_id: str) -> UUID:
-    async with engine.connect() as conn:
-        return UUID(
-            str(
-                (
-                    await conn.execute(
-                        sa.text("SELECT id FROM users WHERE tenant_id = :t AND external_id = :e"),
-                        {"t": tenant_id, "e": external_id},
-                    )
-                ).scalar_one()
-            )
-        )
+    sql = "SELECT id FROM users WHERE tenant_id = :t AND external_id = :e"
+    return UUID(str(await scalar(engine, sql, t=tenant_id, e=external_id)))
+
+
+@pytest.fixture
+async def user_id(client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo) -> UUID:
+    """The internal id (what tokens carry) of ``u-pref``, created through the API."""
+    await new_user(client)
+    return await internal_id(engine, tenant.id, "u-pref")
 
 
 async def stored_preferences(engine: AsyncEngine, user_id: UUID) -> list[tuple[str, str, bool]]:
@@ -173,10 +172,8 @@ async def test_link_gives_the_user_their_preferences_without_an_api_key(
 
 
 async def test_one_click_unsubscribe_is_idempotent_and_get_changes_nothing(
-    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+    user_id: UUID, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
-    await new_user(client)
-    user_id = await internal_id(engine, tenant.id, "u-pref")
     token = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news")
     async with api_client(api.url, None) as anonymous:
         opened = await anonymous.get("/v1/unsubscribe", params={"token": token})
@@ -197,10 +194,8 @@ async def test_one_click_unsubscribe_is_idempotent_and_get_changes_nothing(
 
 
 async def test_forged_expired_or_misused_tokens_are_403_and_change_nothing(
-    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+    user_id: UUID, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
-    await new_user(client)
-    user_id = await internal_id(engine, tenant.id, "u-pref")
     good = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news")
     payload, signature = good.split(".")
     other = await make_tenant(engine)

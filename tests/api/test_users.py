@@ -11,17 +11,18 @@ import pytest
 from tests.fixtures.answers import assert_error
 from tests.fixtures.sends import email_send
 
+GRACE: dict[str, Any] = {
+    "email": "grace@example.com",
+    "phone": "+14155550123",
+    "locale": "pt-BR",
+    "timezone": "America/Sao_Paulo",
+    "quiet_hours": {"start": "22:00", "end": "07:00"},
+}
+
 
 def profile(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "email": "grace@example.com",
-        "phone": "+14155550123",
-        "locale": "pt-BR",
-        "timezone": "America/Sao_Paulo",
-        "quiet_hours": {"start": "22:00", "end": "07:00"},
-    }
-    body.update(overrides)
-    return body
+    """Grace's profile, with ``overrides`` replacing fields."""
+    return {**GRACE, **overrides}
 
 
 async def test_put_creates_then_replaces_the_profile(client: httpx.AsyncClient) -> None:

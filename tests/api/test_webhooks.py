@@ -31,6 +31,7 @@ from tests.fixtures.hooks import (
     event,
     hooked_api,
     sent_notification,
+    sent_sms,
     view,
 )
 
@@ -105,8 +106,7 @@ def test_sendgrid_signature_matches_the_documented_test_vector_within_ten_minute
 async def test_delivered_callback_is_recorded_once_and_the_status_stays_sent(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    nid, _ = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, nid, _ = await sent_sms(engine, tenant)
 
     first = await hooks.twilio(callback(sid, "delivered"))
     again = await hooks.twilio(callback(sid, "delivered"))
@@ -125,8 +125,7 @@ async def test_delivered_callback_is_recorded_once_and_the_status_stays_sent(
 async def test_a_late_failure_after_delivered_does_not_regress_it(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, nid, external_id = await sent_sms(engine, tenant)
 
     assert (await hooks.twilio(callback(sid, "delivered"))).json()["recorded"] == 1
     late = await hooks.twilio(callback(sid, "undelivered", ErrorCode="30004"))
@@ -141,8 +140,7 @@ async def test_a_late_failure_after_delivered_does_not_regress_it(
 async def test_stop_reply_records_the_error_and_opts_the_user_out_of_sms(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, nid, external_id = await sent_sms(engine, tenant)
     phone = (await client.get(f"/v1/users/{external_id}")).json()["phone"]
 
     response = await hooks.twilio(callback(sid, "undelivered", ErrorCode="21610", To=phone))
@@ -159,8 +157,7 @@ async def test_stop_reply_records_the_error_and_opts_the_user_out_of_sms(
 async def test_a_stop_reply_outranks_the_users_earlier_category_opt_ins_for_sms(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    _, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, _, external_id = await sent_sms(engine, tenant)
     phone = (await client.get(f"/v1/users/{external_id}")).json()["phone"]
     chosen = [
         {"channel": "sms", "category": "orders", "opted_in": True},
@@ -183,8 +180,7 @@ async def test_a_stop_reply_outranks_the_users_earlier_category_opt_ins_for_sms(
 async def test_unreachable_handset_is_recorded_without_opting_out(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, nid, external_id = await sent_sms(engine, tenant)
 
     await hooks.twilio(callback(sid, "undelivered", ErrorCode="30003"))
 
@@ -197,8 +193,7 @@ async def test_unreachable_handset_is_recorded_without_opting_out(
 async def test_forged_or_missing_twilio_signature_is_refused_and_changes_nothing(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    nid, external_id = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, nid, external_id = await sent_sms(engine, tenant)
     params = callback(sid, "failed", ErrorCode="21610")
     forged = RequestValidator("not-the-token").compute_signature(hooks.twilio_url, params)
     other_url = RequestValidator(hooks.auth_token).compute_signature(hooks.twilio_url + "?x=1", params)
@@ -223,8 +218,7 @@ def hooks_sig(hooks: Hooks, params: dict[str, str]) -> str:
 async def test_signature_covers_the_query_string_of_the_public_url(
     hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
-    sid = "SM" + secrets.token_hex(16)
-    nid, _ = await sent_notification(engine, tenant, channel="sms", provider_message_id=sid)
+    sid, nid, _ = await sent_sms(engine, tenant)
 
     response = await hooks.twilio(callback(sid, "delivered"), query="account=main")
 

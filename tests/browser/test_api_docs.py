@@ -5,21 +5,17 @@ through "Authorize", and "Try it out" sends a notification that the API then has
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
-from playwright.async_api import Route, async_playwright, expect
+from playwright.async_api import Route, expect
 
 from harness.services import ApiServer
 from tests.conftest import TenantInfo
+from tests.fixtures.browser import browser_page, needs_chromium
 from tests.fixtures.sends import email_send
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="run scripts/browser.sh to install Chromium")
+pytestmark = needs_chromium
 
 
 async def test_docs_render_offline_and_try_it_out_sends(
@@ -38,34 +34,25 @@ async def test_docs_render_offline_and_try_it_out_sends(
             await route.abort("internetdisconnected")
 
     body = email_send()
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = await browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            await page.route("**/*", only_the_api)
-            await page.goto(f"{api.url}/docs")
+    async with browser_page() as (page, errors):
+        await page.route("**/*", only_the_api)
+        await page.goto(f"{api.url}/docs")
 
-            send = page.locator('.opblock-post:has(.opblock-summary-path[data-path="/v1/notifications"])')
-            await expect(send).to_be_visible(timeout=15_000)
+        send = page.locator('.opblock-post:has(.opblock-summary-path[data-path="/v1/notifications"])')
+        await expect(send).to_be_visible(timeout=15_000)
 
-            await page.click("button.authorize")
-            await page.locator(".auth-container input").first.fill(tenant.key)
-            await page.locator(".auth-container button.authorize").first.click()
-            await page.locator("button.btn-done").first.click()
+        await page.click("button.authorize")
+        await page.locator(".auth-container input").first.fill(tenant.key)
+        await page.locator(".auth-container button.authorize").first.click()
+        await page.locator("button.btn-done").first.click()
 
-            await send.locator(".opblock-summary").click()
-            await send.locator("button.try-out__btn").click()
-            await send.locator("textarea.body-param__text").fill(json.dumps(body))
-            await send.locator("button.execute").click()
-            status = send.locator(".live-responses-table tbody td.response-col_status").first
-            await expect(status).to_contain_text("202", timeout=15_000)
-            answer = json.loads(
-                await send.locator(".live-responses-table tbody .microlight").first.inner_text()
-            )
-        finally:
-            await browser.close()
+        await send.locator(".opblock-summary").click()
+        await send.locator("button.try-out__btn").click()
+        await send.locator("textarea.body-param__text").fill(json.dumps(body))
+        await send.locator("button.execute").click()
+        status = send.locator(".live-responses-table tbody td.response-col_status").first
+        await expect(status).to_contain_text("202", timeout=15_000)
+        answer = json.loads(await send.locator(".live-responses-table tbody .microlight").first.inner_text())
 
     assert answer["status"] in {"accepted", "queued"} and answer["duplicate"] is False
     stored = await client.get(f"/v1/notifications/{answer['id']}")

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from clarion.coalesce import Coalescer
+from harness.services import wait_until
 
 
 async def test_concurrent_calls_run_as_one_batch_and_each_gets_its_result() -> None:
@@ -14,7 +15,6 @@ async def test_concurrent_calls_run_as_one_batch_and_each_gets_its_result() -> N
 
     async def run(items: list[int]) -> list[int | Exception]:
         batches.append(items)
-        await asyncio.sleep(0)
         return [i * 10 if i != 3 else ValueError("three") for i in items]
 
     coalescer: Coalescer[int, int] = Coalescer(run, max_batch=100, max_in_flight=1, name="test")
@@ -36,9 +36,9 @@ async def test_calls_arriving_while_a_batch_runs_wait_for_the_next_one() -> None
 
     coalescer: Coalescer[str, str] = Coalescer(run, max_batch=2, max_in_flight=1, name="test")
     first = asyncio.create_task(coalescer.submit("a"))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: batches == [["a"]])
     later = [asyncio.create_task(coalescer.submit(s)) for s in "bcd"]
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(coalescer._waiting) == 3)
     assert batches == [["a"]]  # one slot, busy: b, c, d wait
     release.set()
     assert await first == "A"

@@ -106,10 +106,10 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
 
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
 
-    # Attempts and sandbox messages keep no day alive: a scheduled send has none until it is due.
+    # Attempts, sandbox messages and rollups keep no day alive: a scheduled send has none yet.
     assert sorted(report.dropped) == sorted(
         [partition_name(t, older) for t in TABLES]
-        + [partition_name(t, old) for t in ("delivery_attempts", "sandbox_messages")]
+        + [partition_name(t, old) for t in ("delivery_attempts", "sandbox_messages", "analytics_hourly")]
     )
     kept = await conn.fetch("SELECT event_id, status FROM notifications WHERE created_at < $1", at(today))
     assert [(r["event_id"], r["status"]) for r in kept] == [("next-month", "scheduled")]

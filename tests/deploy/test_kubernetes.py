@@ -74,7 +74,7 @@ def test_every_deployment_has_probes_resources_and_a_disruption_budget(overlay: 
     docs = rendered(overlay)
     budgets = of_kind(docs, "PodDisruptionBudget").values()
     deployments = of_kind(docs, "Deployment")
-    assert set(deployments) == {"clarion-api", "clarion-relay"} | {
+    assert set(deployments) == {"clarion-api", "clarion-relay", "clarion-webhooks"} | {
         f"clarion-worker-{c.value}" for c in Channel
     }
     for name, deployment in deployments.items():
@@ -114,7 +114,7 @@ def test_processes_run_as_compose_runs_them_with_real_settings(overlay: str) -> 
     docs = rendered(overlay)
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
     pods = {**of_kind(docs, "Deployment"), **of_kind(docs, "Job")}
-    for service in ["api", "relay", "migrate", *(f"worker-{c.value}" for c in Channel)]:
+    for service in ["api", "relay", "webhooks", "migrate", *(f"worker-{c.value}" for c in Channel)]:
         [container] = containers(pods[f"clarion-{service}"])
         assert container["command"] == compose[service]["command"], service
     names = set(config(docs))

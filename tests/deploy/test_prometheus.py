@@ -6,14 +6,12 @@ promtool and prometheus come from Debian's `prometheus` package (`make prometheu
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +19,21 @@ import httpx
 import pytest
 import yaml
 from prometheus_client import REGISTRY
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.relay import Relay
-from clarion.broker import TansuBroker, free_port
-from clarion.kafka import Publisher, create_topics
-from clarion.retry_settings import BreakerSettings, RetrySettings
+from clarion.broker import free_port
+from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
 from core.ratelimit_redis import fail_open_counter
 from harness.fakes.sendgrid import FakeSendGrid
-from harness.services import ApiServer, drop_database, fresh_database, wait_until
+from harness.services import wait_until
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
-from providers.settings import SendGridSettings
-from schema.db import create_engine
 from schema.enums import Channel
-from tests.conftest import METRICS_TOKEN, make_tenant
+from tests.conftest import METRICS_TOKEN
 from tests.fixtures.delivery import wait_status
+from tests.fixtures.own_lane import OwnLane, fast_retries, own_lane, tenant_client
+from tests.fixtures.provider_settings import sendgrid_settings
 from tests.fixtures.sends import email_send
-from workers.app import Worker
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"
@@ -82,6 +76,7 @@ def test_scrape_configs_are_valid(tmp_path: Path, name: str) -> None:
         "clarion-api",
         "clarion-workers",
         "clarion-relay",
+        "clarion-webhooks",
     }
 
 
@@ -149,61 +144,29 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 # -- a real Prometheus server against a running Clarion ------------------------------------------
 
 
-@dataclass
-class EmailLane:
-    engine: AsyncEngine
-    api: ApiServer
-    sendgrid: FakeSendGrid
+EmailLane = OwnLane[FakeSendGrid]
 
 
 @pytest.fixture(scope="module")
 async def email_lane(settings: Settings) -> AsyncIterator[EmailLane]:
     """API, relay and an email worker whose only route is SendGrid (its fake), no failover, on a
     broker and database of their own (an outage must not reach the shared stack's workers)."""
-    broker = TansuBroker()
-    broker.start()
-    await create_topics(broker.bootstrap, partitions=1)
-    url = await fresh_database("clarion_prom")
-    retry = RetrySettings(
-        in_process_attempts=2,
-        base_s=0.05,
+    retry = fast_retries(
         max_wait_s=0.2,
-        attempt_timeout_s=2.0,
         max_attempts=100,
         retry_base_s=0.5,
         retry_max_s=1.0,
         hold_max_s=2.0,
         breaker=BreakerSettings(failure_rate=0.5, window_s=30, min_calls=4, cool_down_s=1.0),
     )
-    own = settings.model_copy(
-        update={"database_url": url, "kafka_bootstrap": broker.bootstrap, "retry": retry}
-    )
-    sendgrid = FakeSendGrid()
-    await sendgrid.start()
-    sendgrid_settings = SendGridSettings(
-        api_key=sendgrid.api_key, from_email="noreply@clarion.test", base_url=sendgrid.url, timeout_s=2
-    )
-    providers = ProviderSet(routes={(Channel.email, None): SendGridProvider(sendgrid_settings)})
-    engine = create_engine(url, pool_size=2)
-    api = ApiServer(own)
-    worker = Worker(own, Channel.email, providers=providers)
-    await asyncio.gather(api.start(), worker.start())
-    publisher = Publisher(broker.bootstrap)
-    relay_task = asyncio.create_task(
-        Relay(engine, publisher, interval_s=0.3, grace_s=1.0, stale_queued_s=30.0).run()
-    )
-    yield EmailLane(engine, api, sendgrid)
-    relay_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await relay_task
-    await publisher.close()
-    await worker.stop()
-    await providers.aclose()
-    await api.stop()
-    await sendgrid.stop()
-    await engine.dispose()
-    broker.stop()
-    await drop_database(url)
+    async with own_lane(
+        settings, database="clarion_prom", fake=FakeSendGrid(), providers=via_sendgrid, retry=retry
+    ) as lane:
+        yield lane
+
+
+def via_sendgrid(fake: FakeSendGrid) -> ProviderSet:
+    return ProviderSet(routes={(Channel.email, None): SendGridProvider(sendgrid_settings(fake, timeout_s=2))})
 
 
 def scrape_config_for_test(tmp_path: Path, api_url: str) -> Path:
@@ -279,12 +242,9 @@ async def firing(prom: httpx.AsyncClient, provider: str) -> set[str]:
 async def test_a_real_prometheus_scrapes_clarion_and_fires_the_outage_alerts_when_sendgrid_fails(
     email_lane: EmailLane, tmp_path: Path
 ) -> None:
-    tenant = await make_tenant(email_lane.engine)
     config = scrape_config_for_test(tmp_path, email_lane.api.url)
     async with (
-        httpx.AsyncClient(
-            base_url=email_lane.api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-        ) as client,
+        tenant_client(email_lane) as client,
         httpx.AsyncClient(timeout=5) as prom,
     ):
         # SendGrid healthy: one email goes through, which sets this worker's breaker (closed).
@@ -312,7 +272,7 @@ async def test_a_real_prometheus_scrapes_clarion_and_fires_the_outage_alerts_whe
             assert await firing(prom, "sendgrid") == set()
 
             # The outage: every SendGrid call answers 500.
-            email_lane.sendgrid.force_server_error(100_000, status=500)
+            email_lane.fake.force_server_error(100_000, status=500)
             for i in range(6):
                 body = email_send(user={"id": f"u-{i}", "email": f"down{i}@example.com"})
                 assert (await client.post("/v1/notifications", json=body)).status_code == 202
@@ -334,4 +294,4 @@ async def test_a_real_prometheus_scrapes_clarion_and_fires_the_outage_alerts_whe
             [breakers] = [e for e in answered if "clarion_breaker_state" in e]
             shown = {r["metric"]["provider"]: float(r["value"][1]) for r in answered[breakers]}
             assert shown.get("sendgrid", 0) >= 1
-        email_lane.sendgrid.reset()
+        email_lane.fake.reset()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion import metrics
@@ -28,10 +30,11 @@ from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo
 from tests.fixtures.claimed import claimed
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.redis_cluster import start_cluster
 from tests.fixtures.rules import wait_workers_see
 from tests.fixtures.sends import email_send
 from workers.claim import ClaimedNotification
-from workers.content_dedupe import ContentDedupeGate
+from workers.content_dedupe import ContentDedupeGate, build_content_dedupe
 from workers.recipients import Address
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -179,3 +182,29 @@ async def test_on_redis_one_of_many_concurrent_copies_wins_and_its_retries_are_n
         if keys:
             await redis.delete(*keys)
         await redis.aclose()
+
+
+async def test_on_redis_cluster_one_of_many_concurrent_copies_wins(
+    pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    nodes = start_cluster(tmp_path)
+    gate = build_content_dedupe(
+        rules=RulesCache(Windows({"t-1": 60}).fetch),
+        pool=pool,
+        redis_url=nodes.url,
+        key_prefix=f"t-{uuid.uuid4()}:",
+    )
+    content = RenderedContent(subject="Hi", body="Your code is 1234", html=None)
+    user = uuid.uuid4()
+    try:
+        assert isinstance(gate.redis, RedisCluster)
+        ids = [uuid.uuid4() for _ in range(10)]
+        rows = [claimed(id=i, tenant_id="t-1", user_id=user, channel="sms") for i in ids]
+        outcomes = await asyncio.gather(*(gate.admit(r, content, [Address("+1")]) for r in rows))
+        winners = [i for i, o in zip(ids, outcomes, strict=True) if o is None]
+        assert len(winners) == 1
+        assert {o.detail for o in outcomes if o is not None} == {f"duplicate of {winners[0]}"}
+        assert await gate.admit(rows[ids.index(winners[0])], content, []) is None  # its own retry
+    finally:
+        await gate.redis.aclose()  # type: ignore[union-attr]
+        nodes.stop()

@@ -1,14 +1,12 @@
 """Dead letters end to end: a permanently failing provider ends in the DLQ; a redrive after it
-recovers delivers. Runs on the SMS lane of ``test_retries`` (its own database and broker)."""
+recovers delivers. Runs on the suite's SMS lane (`tests.fixtures.sms_lane`)."""
 
 from __future__ import annotations
 
 import httpx
 
-from tests.e2e.test_retries import Lane, lane_client, read_topic, send, sms_lane
 from tests.fixtures.delivery import wait_status
-
-__all__ = ["lane_client", "sms_lane"]
+from tests.fixtures.sms_lane import Lane, read_topic, send
 
 
 async def test_permanently_failing_provider_ends_dead_in_the_dlq_and_redrive_after_recovery_sends(

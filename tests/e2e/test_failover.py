@@ -4,48 +4,49 @@ back, a probe closes the breaker and email goes through SendGrid again."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from email import message_from_bytes
 
 import httpx
 import pytest
 from aiosmtpd.controller import Controller
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.relay import Relay
-from clarion.broker import TansuBroker, free_port
-from clarion.kafka import Publisher, create_topics
-from clarion.retry_settings import BreakerSettings, RetrySettings
+from clarion.broker import free_port
+from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid
-from harness.services import ApiServer, drop_database, fresh_database, wait_until
+from harness.services import wait_until
 from providers.registry import ProviderSet
 from providers.sendgrid import SendGridProvider
-from providers.settings import SendGridSettings, SmtpSettings
+from providers.settings import SmtpSettings
 from providers.smtp import SmtpProvider
-from schema.db import create_engine
 from schema.enums import Channel
-from tests.conftest import make_tenant
 from tests.fixtures.delivery import wait_status
 from tests.fixtures.mailbox import Mailbox
+from tests.fixtures.own_lane import OwnLane, fast_retries, own_lane, tenant_client
+from tests.fixtures.provider_settings import sendgrid_settings
 from tests.fixtures.sends import email_send
-from workers.app import Worker
 
 COOL_DOWN_S = 1.5
 
 
-@dataclass
-class EmailLane:
-    engine: AsyncEngine
-    api: ApiServer
-    sendgrid: FakeSendGrid
-    mailbox: Mailbox
-    worker: Worker
-    smtp_port: int
-    controller: Controller
+class Fakes:
+    """SendGrid's fake, and the real local SMTP server email fails over to, both on while in use."""
+
+    def __init__(self) -> None:
+        self.sendgrid = FakeSendGrid()
+        self.mailbox = Mailbox()
+        self.smtp_port = free_port()
+        self.controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.smtp_port)
+
+    async def __aenter__(self) -> Fakes:
+        await self.sendgrid.start()
+        self.controller.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.controller.stop()
+        await self.sendgrid.stop()
 
     def smtp_down(self) -> None:
         self.controller.stop()
@@ -55,82 +56,35 @@ class EmailLane:
         self.controller.start()
 
 
+EmailLane = OwnLane[Fakes]
+
+
 @pytest.fixture(scope="module")
 async def email_lane(settings: Settings) -> AsyncIterator[EmailLane]:
-    broker = TansuBroker()
-    broker.start()
-    await create_topics(broker.bootstrap, partitions=1)
-    url = await fresh_database("clarion_failover")
-    retry = RetrySettings(
-        in_process_attempts=2,
-        base_s=0.05,
-        max_wait_s=0.5,
-        attempt_timeout_s=2.0,
-        max_attempts=10,
-        retry_base_s=1.0,
-        retry_max_s=4.0,
-        hold_max_s=3.0,
-        breaker=BreakerSettings(failure_rate=0.5, window_s=30, min_calls=3, cool_down_s=COOL_DOWN_S),
+    retry = fast_retries(
+        breaker=BreakerSettings(failure_rate=0.5, window_s=30, min_calls=3, cool_down_s=COOL_DOWN_S)
     )
-    own = settings.model_copy(
-        update={"database_url": url, "kafka_bootstrap": broker.bootstrap, "retry": retry}
+    async with own_lane(
+        settings, database="clarion_failover", fake=Fakes(), providers=with_failover, retry=retry
+    ) as lane:
+        yield lane
+
+
+def with_failover(fakes: Fakes) -> ProviderSet:
+    """SendGrid first; SMTP when SendGrid's breaker is open."""
+    smtp = SmtpSettings(
+        host="127.0.0.1", port=fakes.smtp_port, from_email="noreply@clarion.test", starttls=False
     )
-    sendgrid = FakeSendGrid()
-    await sendgrid.start()
-    mailbox = Mailbox()
-    smtp_port = free_port()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
-    controller.start()
-    providers = ProviderSet(
-        routes={
-            (Channel.email, None): SendGridProvider(
-                SendGridSettings(
-                    api_key=sendgrid.api_key,
-                    from_email="noreply@clarion.test",
-                    base_url=sendgrid.url,
-                    timeout_s=2,
-                )
-            )
-        },
-        failover={
-            Channel.email: SmtpProvider(
-                SmtpSettings(
-                    host="127.0.0.1", port=smtp_port, from_email="noreply@clarion.test", starttls=False
-                )
-            )
-        },
+    return ProviderSet(
+        routes={(Channel.email, None): SendGridProvider(sendgrid_settings(fakes.sendgrid, timeout_s=2))},
+        failover={Channel.email: SmtpProvider(smtp)},
     )
-    engine = create_engine(url, pool_size=2)
-    api = ApiServer(own)
-    worker = Worker(own, Channel.email, providers=providers)
-    await asyncio.gather(api.start(), worker.start())
-    publisher = Publisher(broker.bootstrap)
-    relay_task = asyncio.create_task(
-        Relay(engine, publisher, interval_s=0.3, grace_s=1.0, stale_queued_s=30.0).run()
-    )
-    lane = EmailLane(engine, api, sendgrid, mailbox, worker, smtp_port, controller)
-    yield lane
-    relay_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await relay_task
-    await publisher.close()
-    await worker.stop()
-    await providers.aclose()
-    await api.stop()
-    lane.controller.stop()
-    await sendgrid.stop()
-    await engine.dispose()
-    broker.stop()
-    await drop_database(url)
 
 
 @pytest.fixture
 async def email_client(email_lane: EmailLane) -> AsyncIterator[httpx.AsyncClient]:
-    email_lane.sendgrid.reset()
-    tenant = await make_tenant(email_lane.engine)
-    async with httpx.AsyncClient(
-        base_url=email_lane.api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as client:
+    email_lane.fake.sendgrid.reset()
+    async with tenant_client(email_lane) as client:
         yield client
 
 
@@ -143,7 +97,7 @@ async def send_email(client: httpx.AsyncClient, address: str) -> str:
 async def test_sendgrid_down_opens_its_breaker_and_email_is_delivered_via_smtp_until_it_recovers(
     email_lane: EmailLane, email_client: httpx.AsyncClient
 ) -> None:
-    sendgrid, mailbox = email_lane.sendgrid, email_lane.mailbox
+    sendgrid, mailbox = email_lane.fake.sendgrid, email_lane.fake.mailbox
     sendgrid.force_server_error(1000, status=503)
 
     # A 503 is retried in-process (2 attempts here), then SMTP delivers. The breaker judges after
@@ -186,12 +140,12 @@ async def test_sendgrid_down_opens_its_breaker_and_email_is_delivered_via_smtp_u
 async def test_with_every_email_route_down_notifications_wait_for_the_breakers_without_using_attempts(
     email_lane: EmailLane, email_client: httpx.AsyncClient
 ) -> None:
-    sendgrid, mailbox = email_lane.sendgrid, email_lane.mailbox
+    sendgrid, mailbox = email_lane.fake.sendgrid, email_lane.fake.mailbox
     await wait_until(
         lambda: email_lane.worker.breakers.snapshot().get("sendgrid") == "closed", COOL_DOWN_S + 2
     )
     sendgrid.force_server_error(1000, status=503)
-    email_lane.smtp_down()
+    email_lane.fake.smtp_down()
     try:
         failing = [await send_email(email_client, f"both{i}@example.com") for i in range(3)]
         for nid in failing:
@@ -209,7 +163,7 @@ async def test_with_every_email_route_down_notifications_wait_for_the_breakers_w
         assert len(sendgrid.requests) == calls
     finally:
         sendgrid.reset()
-        email_lane.smtp_up()
+        email_lane.fake.smtp_up()
 
     for nid in [*failing, held_id]:
         await wait_status(email_client, nid, "sent", 30)

@@ -16,29 +16,15 @@ import httpx
 import sqlalchemy as sa
 
 from clarion.pg import create_pool
-from core.render import RenderedContent
-from harness.services import wait_until
+from harness.services import api_client, wait_until
 from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
-from workers.claim import ClaimedNotification, claim
+from tests.fixtures.poison import ExplodingGate
+from workers.claim import claim
 from workers.outcome import Attempt, Outcome
-from workers.recipients import Address
 from workers.record import record_outcomes
-
-
-class ExplodingGate:
-    """Raises for the rows whose event id starts with ``poison``; admits everything else."""
-
-    name = "exploding"
-
-    async def admit(
-        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
-    ) -> Outcome | None:
-        if row.event_id.startswith("poison"):
-            raise UnicodeEncodeError("utf-16-le", "\ud800", 0, 1, "surrogates not allowed")
-        return None
 
 
 def sms(event_id: str, n: int) -> dict[str, Any]:
@@ -60,9 +46,7 @@ async def test_a_notification_that_raises_fails_alone_and_its_neighbours_are_sen
     pipeline.gates.append(gate)
     other: TenantInfo = await make_tenant(engine)
     try:
-        async with httpx.AsyncClient(
-            base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}, timeout=15
-        ) as neighbour:
+        async with api_client(api.url, other.key) as neighbour:
             run = secrets.token_hex(3)
             sends = [neighbour.post("/v1/notifications", json=sms(f"n-{run}-{i}", i)) for i in range(20)]
             sends.append(client.post("/v1/notifications", json=sms(f"poison-{run}", 99)))
@@ -160,9 +144,7 @@ async def test_a_row_poisoned_in_the_log_fails_alone_and_another_tenants_batch_i
     publishes them together and the worker meets them in the same batches."""
     other: TenantInfo = await make_tenant(engine)
     run = secrets.token_hex(3)
-    async with httpx.AsyncClient(
-        base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}, timeout=15
-    ) as neighbour:
+    async with api_client(api.url, other.key) as neighbour:
         later = {"send_at": "2099-01-01T00:00:00Z"}
         sends = [neighbour.post("/v1/notifications", json=sms(f"n-{run}-{i}", i) | later) for i in range(20)]
         sends.append(client.post("/v1/notifications", json=sms(f"poison-{run}", 98) | later))

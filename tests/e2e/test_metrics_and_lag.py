@@ -15,7 +15,6 @@ out the old member's session before rebalancing; a group that never committed sh
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -33,11 +32,12 @@ from clarion.logs import JsonFormatter
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import ApiServer, api_client, drop_database, fresh_database, wait_until
-from providers.settings import ProvidersSettings, SendGridSettings
+from providers.settings import ProvidersSettings
 from schema.enums import Channel
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, make_tenant
 from tests.fixtures.answers import scrape
 from tests.fixtures.delivery import status_of
+from tests.fixtures.provider_settings import sendgrid_settings
 from tests.fixtures.sends import email_send
 from workers.app import Worker
 
@@ -91,9 +91,7 @@ async def observed(settings: Settings) -> AsyncIterator[Observed]:
             "database_url": url,
             "kafka_bootstrap": broker.bootstrap,
             "providers": ProvidersSettings(
-                sendgrid=SendGridSettings.model_validate(
-                    {"api_key": fake.api_key, "from_email": "noreply@example.com", "base_url": fake.url}
-                )
+                sendgrid=sendgrid_settings(fake, from_email="noreply@example.com")
             ),
         }
     )
@@ -159,8 +157,12 @@ async def observed(settings: Settings) -> AsyncIterator[Observed]:
                 await conn.execute(sa.text("UPDATE users SET email = NULL WHERE external_id = 'u-gone'"))
             waiting = ["ok-1", "ok-2", "ok-3", "refused", "gone", "promo-1", "promo-2"]
             await wait_until(lambda: reached(waiting, {"queued"}), 15)
-            await asyncio.sleep(1.5)  # with no worker running nothing moves: the records wait in Kafka
-            seen.queues_stopped = await queues()
+
+            async def aged() -> dict[str, Any] | None:  # no worker runs: the records wait in Kafka
+                report = await queues()
+                return report if (_email_main(report)["oldest_age_s"] or 0) > 1.0 else None
+
+            seen.queues_stopped = await wait_until(aged, 15, 0.2)
             seen.metrics_stopped = await metrics()
 
             started = time.monotonic()

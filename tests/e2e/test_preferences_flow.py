@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from harness.services import api_client
 from tests.conftest import Stack, TenantInfo
 from tests.fixtures.answers import assert_error
+from tests.fixtures.db import scalar
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.sends import count_notifications, email_send
 
@@ -143,10 +144,7 @@ async def test_quiet_hours_hold_sms_until_they_end_and_then_release_it(
     await wait_status(client, email, "sent")  # email is not held unless its category says so
 
     expected_end = (local + timedelta(hours=2)).replace(second=0, microsecond=0).astimezone(UTC)
-    async with engine.connect() as conn:
-        not_before = (
-            await conn.execute(sa.text("SELECT not_before FROM notifications WHERE id = :i"), {"i": held})
-        ).scalar_one()
+    not_before = await scalar(engine, "SELECT not_before FROM notifications WHERE id = :i", i=held)
     assert not_before == expected_end
 
     # The user's night ends (their quiet hours no longer cover now, and the clock reaches

@@ -23,7 +23,7 @@ from clarion.kafka import create_topics
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.fakes.twilio import FakeTwilio
-from harness.services import ApiServer, drop_database, fresh_database, wait_until
+from harness.services import ApiServer, api_client, drop_database, fresh_database, wait_until
 from schema.db import create_engine
 from schema.enums import Channel
 from tests.conftest import make_tenant
@@ -74,9 +74,7 @@ async def hooked(settings: Settings) -> AsyncIterator[HookedStack]:
     engine = create_engine(url, pool_size=1)
     tenant = await make_tenant(engine)
     await engine.dispose()
-    async with httpx.AsyncClient(
-        base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as client:
+    async with api_client(api.url, tenant.key) as client:
         yield HookedStack(client, twilio, sendgrid)
     await api.stop()
     await asyncio.gather(*(w.stop() for w in workers))

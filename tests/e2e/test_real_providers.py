@@ -26,7 +26,7 @@ from harness.fakes.apns import FakeApns
 from harness.fakes.fcm import FakeFcm
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.fakes.twilio import FakeTwilio
-from harness.services import ApiServer, drop_database, fresh_database
+from harness.services import ApiServer, api_client, drop_database, fresh_database
 from providers.settings import ProvidersSettings
 from schema.db import create_engine
 from schema.enums import Channel
@@ -81,9 +81,7 @@ async def real(settings: Settings, stack: Stack) -> AsyncIterator[RealStack]:
     engine = create_engine(url, pool_size=1)
     tenant = await make_tenant(engine)
     await engine.dispose()
-    async with httpx.AsyncClient(
-        base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as client:
+    async with api_client(api.url, tenant.key) as client:
         yield RealStack(client, own, apns, fcm, twilio, sendgrid)
     await api.stop()
     await asyncio.gather(*(w.stop() for w in workers))

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import asyncpg
 import httpx
 import pytest
+from asyncpg.transaction import Transaction
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.broker import TansuBroker
@@ -68,7 +70,7 @@ async def test_send_while_broker_is_down_is_delivered_after_it_returns(
             during = await client.post("/v1/notifications", json=email_send())
             assert during.status_code == 202, during.text
             nid = during.json()["id"]
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # what is tested is that nothing moves while it is down: not pollable
             assert (await status_of(client, nid))["status"] == "accepted"
             own_broker.start()
             body = await wait_status(client, nid, "sent", 60)
@@ -85,9 +87,24 @@ async def _row(conn: asyncpg.Connection, nid: str) -> asyncpg.Record:
     return await conn.fetchrow("SELECT status, attempts FROM notifications WHERE id = $1::uuid", nid)
 
 
-async def test_worker_killed_after_claim_before_provider_call_delivers_exactly_once(
-    isolated: Settings,
-) -> None:
+@dataclass
+class Stuck:
+    """A send the worker (a separate process) has claimed and is stuck delivering: the sandbox
+    provider's write waits on a table lock held in ``lock``."""
+
+    settings: Settings
+    client: httpx.AsyncClient
+    nid: str
+    lock: Transaction
+    worker: ClarionProcess
+
+    def restart_worker(self) -> None:
+        self.worker = ClarionProcess(self.settings, "worker", "email")
+        self.worker.start()
+
+
+@pytest.fixture
+async def stuck(isolated: Settings) -> AsyncIterator[Stuck]:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     engine = create_async_engine(isolated.database_url)
@@ -97,6 +114,7 @@ async def test_worker_killed_after_claim_before_provider_call_delivers_exactly_o
     worker = ClarionProcess(isolated, "worker", "email")
     relay = ClarionProcess(isolated, "relay")
     blocker = await asyncpg.connect(asyncpg_dsn(isolated.database_url))
+    state: Stuck | None = None
     try:
         async with httpx.AsyncClient(
             base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=20
@@ -109,20 +127,25 @@ async def test_worker_killed_after_claim_before_provider_call_delivers_exactly_o
             relay.start()
             nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
             await wait_until(lambda: _status_is(isolated, nid, "sending"), 30)
-            worker.kill()
-            await lock.rollback()
-            assert (await sandbox_for(client, nid)) == []
-            worker = ClarionProcess(isolated, "worker", "email")
-            worker.start()
-            body = await wait_status(client, nid, "sent", 40)
-            assert len(await sandbox_for(client, nid)) == 1
-            assert [a["outcome"] for a in body["delivery_attempts"]] == ["sent"]
+            state = Stuck(isolated, client, nid, lock, worker)
+            yield state
     finally:
-        worker.kill()
+        (state.worker if state is not None else worker).kill()  # the restarted one, if any
         relay.kill()
         await blocker.close()
         await api.stop()
         await engine.dispose()
+
+
+async def test_worker_killed_after_claim_before_provider_call_delivers_exactly_once(stuck: Stuck) -> None:
+    client, nid = stuck.client, stuck.nid
+    stuck.worker.kill()
+    await stuck.lock.rollback()
+    assert (await sandbox_for(client, nid)) == []
+    stuck.restart_worker()
+    body = await wait_status(client, nid, "sent", 40)
+    assert len(await sandbox_for(client, nid)) == 1
+    assert [a["outcome"] for a in body["delivery_attempts"]] == ["sent"]
 
 
 async def _status_is(settings: Settings, nid: str, status: str) -> bool:
@@ -134,55 +157,29 @@ async def _status_is(settings: Settings, nid: str, status: str) -> bool:
 
 
 async def test_worker_killed_after_provider_call_before_record_sends_one_known_duplicate(
-    isolated: Settings,
+    stuck: Stuck,
 ) -> None:
     """The one window for a duplicate: the provider accepted, the worker died before recording.
 
     After the lease expires the notification is claimed again and sent a second time. This test
     pins that behaviour: exactly two provider calls, one final `sent` row, never more.
     """
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(isolated.database_url)
-    tenant = await make_tenant(engine)
-    api = ApiServer(isolated)
-    await api.start()
-    worker = ClarionProcess(isolated, "worker", "email")
-    relay = ClarionProcess(isolated, "relay")
-    blocker = await asyncpg.connect(asyncpg_dsn(isolated.database_url))
-    try:
-        async with httpx.AsyncClient(
-            base_url=api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=20
-        ) as client:
-            gate = blocker.transaction()
-            await gate.start()
-            # Hold the sandbox write until the claim is in, then lock the row so recording blocks.
-            await blocker.execute("LOCK TABLE sandbox_messages IN SHARE ROW EXCLUSIVE MODE")
-            worker.start()
-            relay.start()
-            nid = (await client.post("/v1/notifications", json=email_send())).json()["id"]
-            await wait_until(lambda: _status_is(isolated, nid, "sending"), 30)
-            row_lock = await asyncpg.connect(asyncpg_dsn(isolated.database_url))
-            hold = row_lock.transaction()
-            await hold.start()
-            await row_lock.execute("SELECT 1 FROM notifications WHERE id = $1::uuid FOR UPDATE", nid)
-            await gate.rollback()  # the provider call completes now; recording waits on the row lock
-            await wait_until(lambda: _sandbox_count(isolated, nid), 30)
-            worker.kill()
-            await hold.rollback()
-            await row_lock.close()
-            assert (await status_of(client, nid))["status"] == "sending"
-            worker = ClarionProcess(isolated, "worker", "email")
-            worker.start()
-            await wait_status(client, nid, "sent", 40)
-            await asyncio.sleep(1.0)
-            assert len(await sandbox_for(client, nid)) == 2, "the known duplicate of the lease window"
-    finally:
-        worker.kill()
-        relay.kill()
-        await blocker.close()
-        await api.stop()
-        await engine.dispose()
+    client, nid = stuck.client, stuck.nid
+    # Lock the row so recording blocks, then let the provider call complete.
+    row_lock = await asyncpg.connect(asyncpg_dsn(stuck.settings.database_url))
+    hold = row_lock.transaction()
+    await hold.start()
+    await row_lock.execute("SELECT 1 FROM notifications WHERE id = $1::uuid FOR UPDATE", nid)
+    await stuck.lock.rollback()  # the provider call completes now; recording waits on the row lock
+    await wait_until(lambda: _sandbox_count(stuck.settings, nid), 30)
+    stuck.worker.kill()
+    await hold.rollback()
+    await row_lock.close()
+    assert (await status_of(client, nid))["status"] == "sending"
+    stuck.restart_worker()
+    await wait_status(client, nid, "sent", 40)
+    await asyncio.sleep(1.0)  # a third send would come later, if at all: an absence cannot be polled
+    assert len(await sandbox_for(client, nid)) == 2, "the known duplicate of the lease window"
 
 
 async def _sandbox_count(settings: Settings, nid: str) -> int:

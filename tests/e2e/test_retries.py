@@ -1,156 +1,20 @@
 """Retries end to end over a real broker and PostgreSQL, against the local Twilio fake.
 
-One SMS lane for the session (own database, own broker, API, worker, relay) keeps these fast; the
-tests run one after another and each resets the fake's knobs. The lane's retry policy is fast:
-short in-process waits, a retry schedule in seconds.
+One SMS lane for the session (`tests.fixtures.sms_lane`: own database, own broker, API, worker,
+relay) keeps these fast; the tests run one after another and each resets the fake's knobs. The
+lane's retry policy is fast: short in-process waits, a retry schedule in seconds.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
-import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.relay import Relay
-from clarion.broker import TansuBroker
-from clarion.kafka import Publisher, create_topics
-from clarion.retry_settings import BreakerSettings, RetrySettings
-from clarion.settings import Settings
-from harness.fakes.twilio import FakeTwilio
-from harness.services import ApiServer, drop_database, fresh_database
-from providers.registry import ProviderSet
-from providers.settings import TwilioSettings
-from providers.twilio import TwilioProvider
-from schema.db import create_engine
-from schema.enums import Channel
-from tests.conftest import make_tenant
+from clarion.kafka import Publisher
 from tests.fixtures.delivery import status_of, wait_status
-from tests.fixtures.sends import email_send
-from workers.app import Worker
-
-FAST_RETRIES = RetrySettings(
-    in_process_attempts=3,
-    base_s=0.05,
-    max_wait_s=0.5,
-    attempt_timeout_s=2.0,
-    max_attempts=5,
-    retry_base_s=1.0,
-    retry_max_s=4.0,
-    hold_max_s=3.0,
-    breaker=BreakerSettings(enabled=False),
-)
-
-
-@dataclass
-class Lane:
-    settings: Settings
-    broker: TansuBroker
-    engine: AsyncEngine
-    api: ApiServer
-    fake: FakeTwilio
-    providers: ProviderSet
-    worker: Worker
-
-    async def restart_worker(self) -> None:
-        await self.worker.stop()
-        self.worker = Worker(self.settings, Channel.sms, providers=self.providers)
-        await self.worker.start()
-
-
-@pytest.fixture(scope="session")
-async def sms_lane(settings: Settings) -> AsyncIterator[Lane]:
-    """An SMS worker against the Twilio fake, with the API and relay, on a database and broker of
-    its own (so its failures and restarts never touch the shared stack)."""
-    broker = TansuBroker()
-    broker.start()
-    await create_topics(broker.bootstrap, partitions=1)
-    url = await fresh_database("clarion_retries")
-    own = settings.model_copy(
-        update={"database_url": url, "kafka_bootstrap": broker.bootstrap, "retry": FAST_RETRIES}
-    )
-    fake = FakeTwilio()
-    await fake.start()
-    twilio = TwilioSettings(
-        account_sid=fake.account_sid,
-        auth_token=fake.auth_token,
-        from_number="+14155550199",
-        base_url=fake.url,
-        timeout_s=2,
-    )
-    providers = ProviderSet(routes={(Channel.sms, None): TwilioProvider(twilio)})
-    engine = create_engine(url, pool_size=2)
-    api = ApiServer(own)
-    worker = Worker(own, Channel.sms, providers=providers)
-    await asyncio.gather(api.start(), worker.start())
-    publisher = Publisher(broker.bootstrap)
-    relay = Relay(engine, publisher, interval_s=0.3, grace_s=1.0, stale_queued_s=30.0)
-    relay_task = asyncio.create_task(relay.run())
-    lane = Lane(own, broker, engine, api, fake, providers, worker)
-    yield lane
-    relay_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await relay_task
-    await publisher.close()
-    await lane.worker.stop()
-    await providers.aclose()
-    await api.stop()
-    await fake.stop()
-    await engine.dispose()
-    broker.stop()
-    await drop_database(url)
-
-
-@pytest.fixture
-async def lane_client(sms_lane: Lane) -> AsyncIterator[httpx.AsyncClient]:
-    sms_lane.fake.reset()
-    tenant = await make_tenant(sms_lane.engine)
-    async with httpx.AsyncClient(
-        base_url=sms_lane.api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as client:
-        yield client
-
-
-def sms_send(**overrides: Any) -> dict[str, Any]:
-    return email_send(channel="sms", template="otp", data={"code": "424242"}, **overrides)
-
-
-async def send(client: httpx.AsyncClient, **overrides: Any) -> str:
-    response = await client.post("/v1/notifications", json=sms_send(**overrides))
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
-
-
-def request_times(fake: FakeTwilio) -> list[float]:
-    return [r.at_s for r in fake.requests]
-
-
-async def read_topic(bootstrap: str, topic: str, want: Any, timeout_s: float = 10) -> dict[str, Any]:
-    """The first JSON record of ``topic`` (partition 0, from the start) for which ``want`` is true."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partition = TopicPartition(topic, 0)
-        consumer.assign([partition])
-        await consumer.seek_to_beginning(partition)
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            batch = await consumer.getmany(partition, timeout_ms=200)
-            for record in batch.get(partition, []):
-                document = json.loads(record.value or b"null")
-                if want(document):
-                    return dict(document)
-        raise TimeoutError(f"no matching record on {topic} within {timeout_s}s")
-    finally:
-        await consumer.stop()
+from tests.fixtures.sms_lane import Lane, read_topic, request_times, send
 
 
 async def test_two_server_errors_then_success_is_sent_on_the_third_attempt(

@@ -30,6 +30,11 @@ async def add_rule(stack: Stack, client: httpx.AsyncClient, **fields: Any) -> No
     await wait_workers_see(stack, lambda snapshot: any(str(r.id) == rule_id for r in snapshot.rules))
 
 
+async def cap_push(stack: Stack, client: httpx.AsyncClient, name: str, **fields: Any) -> None:
+    """A frequency cap on the push notifications one recipient gets (``limit`` per ``period_s``)."""
+    await add_rule(stack, client, name=name, scope="recipient", channel="push", **fields)
+
+
 async def send(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
     response = await client.post("/v1/notifications", json=body)
     assert response.status_code == 202, response.text
@@ -51,16 +56,7 @@ async def wait_final(client: httpx.AsyncClient, nid: str, timeout_s: float = 15)
 async def test_a_cap_of_two_push_per_minute_with_drop_throttles_the_third_but_not_a_critical_one(
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
-    await add_rule(
-        stack,
-        client,
-        name="2-push-per-minute",
-        scope="recipient",
-        channel="push",
-        limit=2,
-        period_s=60,
-        action="drop",
-    )
+    await cap_push(stack, client, "2-push-per-minute", limit=2, period_s=60, action="drop")
     ids = []
     for _ in range(3):
         ids.append(await send(client, push_to("u-capped")))
@@ -81,16 +77,7 @@ async def test_a_cap_with_delay_sends_the_third_after_the_window_and_not_before(
     stack: Stack, client: httpx.AsyncClient
 ) -> None:
     window_s = 3
-    await add_rule(
-        stack,
-        client,
-        name="2-per-3s",
-        scope="recipient",
-        channel="push",
-        limit=2,
-        period_s=window_s,
-        action="delay",
-    )
+    await cap_push(stack, client, "2-per-3s", limit=2, period_s=window_s, action="delay")
     ids = []
     for _ in range(3):
         ids.append(await send(client, push_to("u-delayed")))
@@ -133,16 +120,8 @@ async def test_an_elastic_cap_sends_above_its_limit_until_the_provider_has_nothi
     await add_rule(
         stack, client, name="sandbox-4-per-hour", scope="provider", provider="sandbox", limit=4, period_s=3600
     )
-    await add_rule(
-        stack,
-        client,
-        name="1-push-per-hour-elastic",
-        scope="recipient",
-        channel="push",
-        limit=1,
-        period_s=3600,
-        mode="elastic",
-        action="drop",
+    await cap_push(
+        stack, client, "1-push-per-hour-elastic", limit=1, period_s=3600, action="drop", mode="elastic"
     )
     ids = []
     for user in ("u-elastic", "u-elastic", "u-neighbour", "u-elastic"):

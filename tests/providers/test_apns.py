@@ -6,8 +6,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import jwt
@@ -15,11 +15,14 @@ import pytest
 
 from harness.fakes import make_message
 from harness.fakes.apns import FakeApns
+from harness.services import wait_until
 from providers.apns import ApnsProvider
 from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
+from tests.fixtures.provider_settings import apns_settings
 
 DEVICE = "ab" * 32
 
@@ -34,31 +37,13 @@ class Clock:
         return time.time() + self.offset_s
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeApns]:
-    async with FakeApns() as server:
-        yield server
+fake = running_fake(FakeApns)
 
 
-def settings_for(fake: FakeApns, **overrides: object) -> ApnsSettings:
-    values: dict[str, object] = {
-        "key_id": fake.key_id,
-        "team_id": fake.team_id,
-        "private_key": fake.private_key_pem(),
-        "topic": fake.topic,
-        "base_url": fake.url,
-        "ca_file": fake.ca_file if fake.tls else None,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return ApnsSettings.model_validate(values)
+settings_for = partial(apns_settings, timeout_s=0.5)  # short: the timeout tests wait it out
 
 
-@pytest.fixture
-async def provider(fake: FakeApns) -> AsyncIterator[ApnsProvider]:
-    adapter = ApnsProvider(settings_for(fake))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: ApnsProvider(settings_for(fake)))
 
 
 def push(**overrides: Any) -> RenderedMessage:
@@ -191,24 +176,18 @@ async def test_malformed_device_token_raises_invalid_recipient(provider: ApnsPro
 
 async def test_wrong_signing_key_raises_permanent(fake: FakeApns) -> None:
     other = FakeApns()  # a different, unstarted fake: only its key is used
-    provider = ApnsProvider(settings_for(fake, private_key=other.private_key_pem()))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, ApnsProvider(settings_for(fake, private_key=other.private_key_pem())), push()
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.code == "InvalidProviderToken"
 
 
 async def test_wrong_topic_raises_permanent(fake: FakeApns) -> None:
-    provider = ApnsProvider(settings_for(fake, topic="com.other.app"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, ApnsProvider(settings_for(fake, topic="com.other.app")), push()
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.code == "BadTopic"
@@ -273,21 +252,124 @@ async def test_unreachable_host_raises_transient() -> None:
             "private_key": FakeApns().private_key_pem(),
         }
     )
-    provider = ApnsProvider(settings)
-    try:
-        with pytest.raises(TransientProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(TransientProviderError, ApnsProvider(settings), push())
 
     assert caught.value.code == "connection_error"
 
 
-async def test_concurrent_sends_share_one_http2_connection(fake: FakeApns, provider: ApnsProvider) -> None:
-    results = await asyncio.gather(*(provider.send(push(notification_id=uuid.uuid4())) for _ in range(50)))
+@pytest.mark.parametrize("connections", [1, 3])
+async def test_concurrent_sends_share_the_configured_http2_connections(
+    fake: FakeApns, connections: int
+) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=connections))
+    try:
+        results = await asyncio.gather(
+            *(provider.send(push(notification_id=uuid.uuid4())) for _ in range(50))
+        )
+    finally:
+        await provider.aclose()
 
     assert len({r.provider_message_id for r in results}) == 50
+    assert fake.connections_opened == connections
+
+
+async def test_sends_beyond_the_servers_stream_limit_wait_for_a_free_stream(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1, timeout_s=10))
+    try:  # the fake (h2's default) allows 100 concurrent streams per connection
+        results = await asyncio.gather(
+            *(provider.send(push(notification_id=uuid.uuid4())) for _ in range(350))
+        )
+    finally:
+        await provider.aclose()
+
+    assert len({r.provider_message_id for r in results}) == 350
     assert fake.connections_opened == 1
+
+
+async def test_bodies_beyond_the_connection_flow_control_window_all_arrive(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1, timeout_s=10))
+    blob = "x" * 3900  # 60 x ~4 KB in flight: four times HTTP/2's initial 64 KB connection window
+    try:
+        await asyncio.gather(*(provider.send(push(data={"blob": blob})) for _ in range(60)))
+    finally:
+        await provider.aclose()
+
+    assert len(fake.requests) == 60
+    assert all(request.body["blob"] == blob for request in fake.requests)
+
+
+async def test_a_lost_connection_is_replaced_on_a_later_send(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1))
+
+    async def delivered() -> bool:
+        try:
+            await provider.send(push())
+        except TransientProviderError as exc:  # a send racing the drop may see the old connection die
+            assert exc.code == "connection_error"
+            return False
+        return True
+
+    try:
+        await provider.send(push())
+        fake.drop_connections()
+        await wait_until(delivered, timeout_s=5)
+    finally:
+        await provider.aclose()
+
+    assert fake.connections_opened == 2
+
+
+async def test_after_goaway_pushes_go_to_a_new_connection(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1))
+    try:
+        await provider.send(push())
+        fake.send_goaway()
+
+        async def delivered_elsewhere() -> bool:
+            await provider.send(push())  # the GOAWAY'd connection takes no new stream: never an error
+            return fake.connections_opened == 2
+
+        await wait_until(delivered_elsewhere, timeout_s=5)
+    finally:
+        await provider.aclose()
+
+
+async def test_a_timed_out_stream_does_not_spoil_the_connection(fake: FakeApns) -> None:
+    provider = ApnsProvider(settings_for(fake, connections=1))
+    fake.force_timeout(delay_s=2)
+    try:
+        with pytest.raises(TransientProviderError) as caught:
+            await provider.send(push())
+        result = await provider.send(push())
+    finally:
+        await provider.aclose()
+
+    assert caught.value.code == "timeout"
+    assert result.http_status == 200
+    assert fake.connections_opened == 1
+
+
+@pytest.mark.parametrize("collapse_id", ["a\r\nx-evil: 1", "a\nb", "a\x00b"])
+async def test_collapse_id_with_a_line_break_is_refused_before_sending(
+    fake: FakeApns, provider: ApnsProvider, collapse_id: str
+) -> None:
+    with pytest.raises(PermanentProviderError) as caught:
+        await provider.send(push(collapse_id=collapse_id))
+
+    assert caught.value.code == "header_injection"
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("to", [DEVICE + "/../../x", DEVICE + "?a=b", "ab cd", DEVICE[:-1] + "\u00e9"])
+async def test_device_token_cannot_change_the_request_path(
+    fake: FakeApns, provider: ApnsProvider, to: str
+) -> None:
+    with pytest.raises(InvalidRecipient) as caught:
+        await provider.send(push(to=to))
+
+    assert caught.value.code == "BadDeviceToken"
+    [request] = fake.requests
+    assert request.path.count("/") == 3 and "?" not in request.path
 
 
 async def test_payload_is_compact_json(fake: FakeApns, provider: ApnsProvider) -> None:

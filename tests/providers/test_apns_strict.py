@@ -14,8 +14,8 @@ import pytest
 from harness.fakes import make_message
 from harness.fakes.apns import FakeApns
 from providers.apns import ApnsProvider
-from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
+from tests.fixtures.provider_settings import apns_settings
 
 DEVICE = "ab" * 32
 
@@ -138,17 +138,7 @@ async def test_stop_removes_its_temporary_directory() -> None:
 @pytest.mark.parametrize("priority", [Priority.normal, Priority.critical])
 async def test_adapter_alert_with_data_passes_strict_fake(priority: Priority) -> None:
     async with FakeApns() as fake:
-        settings = ApnsSettings.model_validate(
-            {
-                "key_id": fake.key_id,
-                "team_id": fake.team_id,
-                "private_key": fake.private_key_pem(),
-                "topic": fake.topic,
-                "base_url": fake.url,
-                "ca_file": fake.ca_file,
-            }
-        )
-        adapter = ApnsProvider(settings)
+        adapter = ApnsProvider(apns_settings(fake, connections=1))
         try:
             for _ in range(3):
                 await adapter.send(make_message(Channel.push, to=DEVICE, priority=priority, data={"k": "v"}))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -15,33 +15,20 @@ from harness.fakes.fcm import FakeFcm
 from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.fcm import FcmProvider
-from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
+from tests.fixtures.provider_settings import fcm_settings
 
 TOKEN = "fcm-registration-token-1"
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeFcm]:
-    async with FakeFcm() as server:
-        yield server
+fake = running_fake(FakeFcm)
 
 
-def settings_for(fake: FakeFcm, **overrides: object) -> FcmSettings:
-    values: dict[str, object] = {
-        "service_account_json": json.dumps(fake.service_account_info()),
-        "base_url": fake.url,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return FcmSettings.model_validate(values)
+settings_for = partial(fcm_settings, timeout_s=0.5)  # short: the timeout tests wait it out
 
 
-@pytest.fixture
-async def provider(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
-    adapter = FcmProvider(settings_for(fake))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: FcmProvider(settings_for(fake)))
 
 
 def push(**overrides: Any) -> RenderedMessage:
@@ -87,12 +74,9 @@ async def test_normal_priority_without_extras_sends_minimal_message(
 
 
 async def test_project_id_setting_overrides_the_service_account(fake: FakeFcm) -> None:
-    provider = FcmProvider(settings_for(fake, project_id="other-project"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, FcmProvider(settings_for(fake, project_id="other-project")), push()
+    )
 
     assert fake.sent("messages:send")[0].path == "/v1/projects/other-project/messages:send"
     assert caught.value.code == "PERMISSION_DENIED"
@@ -127,12 +111,9 @@ async def test_rejected_access_token_is_refreshed_once_and_the_send_succeeds(
 async def test_token_endpoint_refusing_the_assertion_raises_permanent(fake: FakeFcm) -> None:
     info = fake.service_account_info()
     info["client_email"] = "someone-else@clarion-test.iam.gserviceaccount.com"
-    provider = FcmProvider(settings_for(fake, service_account_json=json.dumps(info)))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(push())
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError, FcmProvider(settings_for(fake, service_account_json=json.dumps(info))), push()
+    )
 
     assert caught.value.code == "oauth_refused"
     assert fake.sent("messages:send") == []

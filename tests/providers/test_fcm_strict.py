@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -13,24 +11,14 @@ from harness.fakes import make_message
 from harness.fakes.fcm import FakeFcm
 from providers.errors import PermanentProviderError
 from providers.fcm import FcmProvider
-from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
+from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_settings import fcm_settings
+
+fake = running_fake(FakeFcm)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeFcm]:
-    async with FakeFcm() as server:
-        yield server
-
-
-@pytest.fixture
-async def provider(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
-    settings = FcmSettings.model_validate(
-        {"service_account_json": json.dumps(fake.service_account_info()), "base_url": fake.url}
-    )
-    adapter = FcmProvider(settings)
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: FcmProvider(fcm_settings(fake)))
 
 
 async def post(fake: FakeFcm, provider: FcmProvider, document: Any) -> tuple[int, dict[str, Any]]:

@@ -2,47 +2,33 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
-from aiohttp import web
 from sendgrid.helpers.eventwebhook import EventWebhook
 
 from harness.fakes import make_message
-from harness.fakes.base import AiohttpFake
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import wait_until
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
 from providers.sendgrid import SendGridProvider
 from providers.settings import SendGridSettings
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
+from tests.fixtures.provider_settings import sendgrid_settings
+from tests.fixtures.receiver import Receiver
+
+fake = running_fake(FakeSendGrid)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSendGrid]:
-    async with FakeSendGrid() as server:
-        yield server
+settings_for = partial(
+    sendgrid_settings, timeout_s=0.5, from_name="Clarion"
+)  # short: the timeout tests wait it out
 
 
-def settings_for(fake: FakeSendGrid, **overrides: object) -> SendGridSettings:
-    values: dict[str, object] = {
-        "api_key": fake.api_key,
-        "from_email": "noreply@clarion.test",
-        "from_name": "Clarion",
-        "base_url": fake.url,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return SendGridSettings.model_validate(values)
-
-
-@pytest.fixture
-async def provider(fake: FakeSendGrid) -> AsyncIterator[SendGridProvider]:
-    adapter = SendGridProvider(settings_for(fake))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: SendGridProvider(settings_for(fake)))
 
 
 async def test_send_posts_mail_send_json_and_returns_message_id(
@@ -170,12 +156,11 @@ async def test_unverified_sender_raises_permanent_not_invalid_recipient(
 
 
 async def test_rejected_api_key_raises_permanent(fake: FakeSendGrid) -> None:
-    provider = SendGridProvider(settings_for(fake, api_key="SG.revoked"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(make_message(Channel.email))
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError,
+        SendGridProvider(settings_for(fake, api_key="SG.revoked")),
+        make_message(Channel.email),
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert caught.value.http_status == 401
@@ -234,20 +219,9 @@ async def test_content_that_starts_like_an_api_key_is_refused_before_sending(
 # --- Event Webhook from the fake ---------------------------------------------------------------------
 
 
-class Receiver(AiohttpFake):
-    """Stands in for Clarion's webhook endpoint: records what the fake POSTs to it."""
-
-    def routes(self) -> list[web.RouteDef]:
-        return [web.post("/{tail:.*}", self._hook)]
-
-    async def _hook(self, request: web.Request) -> web.Response:
-        await self.capture(request)
-        return web.Response(status=200)
-
-
 @pytest.fixture
 async def receiver(fake: FakeSendGrid) -> AsyncIterator[Receiver]:
-    async with Receiver() as server:
+    async with Receiver(status=200) as server:
         fake.webhook_url = f"{server.url}/v1/webhooks/sendgrid/events"
         fake.webhook_delay_s = 0.01
         yield server
@@ -294,6 +268,6 @@ async def test_fake_sends_no_events_in_sandbox_mode(fake: FakeSendGrid, receiver
         await provider.send(make_message(Channel.email))
     finally:
         await provider.aclose()
-    await asyncio.sleep(0.1)
+    await fake.events_settled()  # events are scheduled before the fake answers the send
 
-    assert receiver.requests == []
+    assert fake.event_posts == [] and receiver.requests == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -11,17 +10,15 @@ import pytest
 from harness.fakes import make_message
 from harness.fakes.sendgrid import FakeSendGrid
 from providers.sendgrid import SendGridProvider, _without_repeated_recipients
-from providers.settings import SendGridSettings
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import running_fake
+from tests.fixtures.provider_settings import sendgrid_settings
 
 SENDER = {"email": "noreply@clarion.test"}
 CONTENT = [{"type": "text/plain", "value": "hi"}]
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSendGrid]:
-    async with FakeSendGrid() as server:
-        yield server
+fake = running_fake(FakeSendGrid)
 
 
 async def mail_send(fake: FakeSendGrid, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -88,10 +85,7 @@ def test_adapter_never_sends_a_repeated_recipient() -> None:
 
 
 async def test_adapter_html_text_category_and_custom_args_pass_strict_fake(fake: FakeSendGrid) -> None:
-    settings = SendGridSettings.model_validate(
-        {"api_key": fake.api_key, "from_email": "noreply@clarion.test", "base_url": fake.url}
-    )
-    adapter = SendGridProvider(settings)
+    adapter = SendGridProvider(sendgrid_settings(fake))
     message = make_message(
         Channel.email, to="ada@x.test", subject="Hi", body="text", html="<p>html</p>", category="billing"
     )

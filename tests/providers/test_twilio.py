@@ -4,48 +4,33 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import aiohttp
 import pytest
-from aiohttp import web
 from twilio.request_validator import RequestValidator
 
 from clarion.settings import Settings
 from harness.fakes import make_message
-from harness.fakes.base import AiohttpFake
 from harness.fakes.twilio import FakeTwilio, num_segments
 from harness.services import wait_until
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
-from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
+from tests.fixtures.provider_settings import twilio_settings
+from tests.fixtures.receiver import Receiver
+
+fake = running_fake(FakeTwilio)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTwilio]:
-    async with FakeTwilio() as server:
-        yield server
+settings_for = partial(twilio_settings, timeout_s=0.5)  # short: the timeout tests wait it out
 
 
-def settings_for(fake: FakeTwilio, **overrides: object) -> TwilioSettings:
-    values: dict[str, object] = {
-        "account_sid": fake.account_sid,
-        "auth_token": fake.auth_token,
-        "from_number": "+14155550199",
-        "base_url": fake.url,
-        "timeout_s": 0.5,
-        **overrides,
-    }
-    return TwilioSettings.model_validate(values)
-
-
-@pytest.fixture
-async def provider(fake: FakeTwilio) -> AsyncIterator[TwilioProvider]:
-    adapter = TwilioProvider(settings_for(fake, status_callback_url="https://clarion.test/hooks/twilio"))
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(
+    lambda fake: TwilioProvider(settings_for(fake, status_callback_url="https://clarion.test/hooks/twilio"))
+)
 
 
 async def test_send_posts_form_with_basic_auth_and_returns_sid(
@@ -109,39 +94,32 @@ async def test_expiring_message_sets_validity_period(fake: FakeTwilio, provider:
     assert 590 <= int(fake.requests[0].body["ValidityPeriod"]) <= 600
 
 
-@pytest.mark.parametrize("code", [21211, 21614, 21610, 21612, 21635])
-async def test_undeliverable_number_raises_invalid_recipient(
-    fake: FakeTwilio, provider: TwilioProvider, code: int
-) -> None:
-    fake.fail_number("+14155550100", code)
-
-    with pytest.raises(InvalidRecipient) as caught:
-        await provider.send(make_message(Channel.sms))
-
-    assert caught.value.code == str(code)
-    assert caught.value.http_status == 400
+# Twilio's error code for a number -> what the adapter raises: the recipient is dead (never retry
+# them), or the sender is misconfigured (the account's problem, not this recipient's).
+NUMBER_ERRORS = [(code, InvalidRecipient) for code in (21211, 21614, 21610, 21612, 21635)] + [
+    (code, PermanentProviderError) for code in (21606, 21608)
+]
 
 
-@pytest.mark.parametrize("code", [21606, 21608])
-async def test_sender_configuration_error_raises_permanent(
-    fake: FakeTwilio, provider: TwilioProvider, code: int
+@pytest.mark.parametrize(("code", "raised"), NUMBER_ERRORS)
+async def test_a_refused_number_raises_the_error_its_code_means(
+    fake: FakeTwilio, provider: TwilioProvider, code: int, raised: type[PermanentProviderError]
 ) -> None:
     fake.fail_number("+14155550100", code)
 
     with pytest.raises(PermanentProviderError) as caught:
         await provider.send(make_message(Channel.sms))
 
-    assert type(caught.value) is PermanentProviderError
-    assert caught.value.code == str(code)
+    assert type(caught.value) is raised
+    assert (caught.value.code, caught.value.http_status) == (str(code), 400)
 
 
 async def test_bad_credentials_raise_permanent_20003(fake: FakeTwilio) -> None:
-    provider = TwilioProvider(settings_for(fake, auth_token="wrong"))
-    try:
-        with pytest.raises(PermanentProviderError) as caught:
-            await provider.send(make_message(Channel.sms))
-    finally:
-        await provider.aclose()
+    caught = await send_raises(
+        PermanentProviderError,
+        TwilioProvider(settings_for(fake, auth_token="wrong")),
+        make_message(Channel.sms),
+    )
 
     assert type(caught.value) is PermanentProviderError
     assert (caught.value.code, caught.value.http_status) == ("20003", 401)
@@ -207,17 +185,6 @@ async def test_aclose_then_send_opens_a_new_pool(fake: FakeTwilio, provider: Twi
 
 
 # --- status callbacks --------------------------------------------------------------------------------
-
-
-class Receiver(AiohttpFake):
-    """Stands in for Clarion's webhook endpoint: records what the fake POSTs to it."""
-
-    def routes(self) -> list[web.RouteDef]:
-        return [web.post("/{tail:.*}", self._hook)]
-
-    async def _hook(self, request: web.Request) -> web.Response:
-        await self.capture(request)
-        return web.Response(status=204)
 
 
 def test_status_callbacks_setting_points_twilio_at_clarions_webhook() -> None:

@@ -1,4 +1,4 @@
-"""Migration 0004 on a database filled by the previous schema (0006): every row of every status is kept,
+"""Migration 0009_partitioned_log on a database filled by the previous schema (0008): every row of every status is kept,
 lands in its day's partition, and the API still finds it (and still knows its event id)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DAY = dt.timedelta(days=1)
 async def old_database() -> AsyncIterator[str]:
     url = pg_url(f"clarion_mig4_{secrets.token_hex(3)}")
     await ensure_database(url)
-    await asyncio.to_thread(upgrade, url, "0006")
+    await asyncio.to_thread(upgrade, url, "0008")
     try:
         yield url
     finally:
@@ -41,7 +41,7 @@ async def old_database() -> AsyncIterator[str]:
 
 async def fill(conn: asyncpg.Connection, tenant_id: str) -> dict[str, tuple[str, str, dt.datetime]]:
     """One notification per status, on days from 20 days ago to today, each with two attempts,
-    a sandbox message and an engagement row; returns {id: (event id, status, created_at)}."""
+    a sandbox message, an engagement row and a rollup; returns {id: (event id, status, created_at)}."""
     user = uuid7()
     await conn.execute(
         "INSERT INTO users (id, tenant_id, external_id, email) VALUES ($1, $2, 'u-1', 'ada@example.com')",
@@ -77,6 +77,12 @@ async def fill(conn: asyncpg.Connection, tenant_id: str) -> dict[str, tuple[str,
             " last_at, source) VALUES ($1, 'delivered', '', $2, $3, $3, $3, 'sendgrid')",
             nid, tenant_id, created,
         )  # fmt: skip
+        await conn.execute(
+            "INSERT INTO analytics_hourly (tenant_id, hour, channel, template, template_version, category,"
+            " provider, accepted) VALUES ($1, date_trunc('hour', $2::timestamptz), 'email', $3, 1, 'general',"
+            " '', 1)",
+            tenant_id, created, status.value,
+        )  # fmt: skip
         rows[str(nid)] = (event_id, status.value, created)
     return rows
 
@@ -95,6 +101,7 @@ async def test_upgrade_keeps_every_row_and_the_api_finds_them(old_database: str,
         assert await conn.fetchval("SELECT count(*) FROM sandbox_messages") == len(Status)
         assert await conn.fetchval("SELECT count(*) FROM notification_keys") == len(Status)
         assert await conn.fetchval("SELECT count(*) FROM engagement") == len(Status)
+        assert await conn.fetchval("SELECT count(*) FROM analytics_hourly") == len(Status)
         placed = await conn.fetch("SELECT id, tableoid::regclass::text AS part FROM notifications")
         for r in placed:
             assert r["part"] == partition_name("notifications", rows[str(r["id"])][2].date())
@@ -104,6 +111,7 @@ async def test_upgrade_keeps_every_row_and_the_api_finds_them(old_database: str,
             "sandbox_messages",
             "notification_keys",
             "engagement",
+            "analytics_hourly",
         ):
             assert await default_rows(conn, parent=table) == 0
         # The sequences carried over: a new attempt does not reuse an id.

@@ -20,6 +20,15 @@ class Clock:
 SETTINGS = BreakerSettings(failure_rate=0.5, window_s=10, min_calls=4, cool_down_s=5)
 
 
+def opened(provider: str, clock: Clock) -> CircuitBreaker:
+    """A breaker for ``provider`` that ``min_calls`` failures have just opened."""
+    breaker = CircuitBreaker(provider, SETTINGS, clock=clock)
+    for _ in range(SETTINGS.min_calls):
+        breaker.record(failed=True)
+    assert breaker.state == "open"
+    return breaker
+
+
 def gauge(provider: str) -> float:
     return float(metrics.BREAKER_STATE.labels(provider)._value.get())
 
@@ -59,9 +68,7 @@ def test_permanent_errors_do_not_count_as_failures() -> None:
 
 def test_after_cool_down_one_probe_passes_and_its_success_closes() -> None:
     clock = Clock()
-    breaker = CircuitBreaker("p-probe", SETTINGS, clock=clock)
-    for _ in range(4):
-        breaker.record(failed=True)
+    breaker = opened("p-probe", clock)
     clock.now_s += 5
     assert breaker.state == "half_open"
     assert gauge("p-probe") == 1
@@ -76,9 +83,7 @@ def test_after_cool_down_one_probe_passes_and_its_success_closes() -> None:
 
 def test_a_failed_probe_opens_again_for_a_full_cool_down() -> None:
     clock = Clock()
-    breaker = CircuitBreaker("p-reopen", SETTINGS, clock=clock)
-    for _ in range(4):
-        breaker.record(failed=True)
+    breaker = opened("p-reopen", clock)
     clock.now_s += 5
     breaker.check()
     breaker.record(failed=True)

@@ -18,6 +18,7 @@ from providers.registry import ProviderSet
 from schema.enums import Channel
 from schema.messages import NotificationMessage
 from tests.fixtures.claimed import claimed
+from tests.fixtures.poison import ExplodingGate
 from workers import pipeline as pipeline_module
 from workers.claim import ClaimedNotification, Unreadable
 from workers.content import Content
@@ -57,17 +58,6 @@ class BatchOnlyScreen:
         if any(r.event_id.startswith("poison") for r in rows):
             raise ValueError("one row broke the batch query")
         return {}
-
-
-class ExplodingGate:
-    name = "exploding"
-
-    async def admit(
-        self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
-    ) -> Outcome | None:
-        if row.event_id.startswith("poison"):
-            raise UnicodeEncodeError("utf-16-le", "\ud800", 0, 1, "surrogates not allowed")
-        return None
 
 
 def row(event_id: str, *, channel: Channel = Channel.sms, **changes: Any) -> ClaimedNotification:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from harness.services import wait_until
 from workers.lanes import LanePriority
 
 
@@ -24,14 +25,14 @@ async def test_bulk_waits_until_every_main_batch_in_flight_is_done() -> None:
             await done.wait()
 
     batches = [asyncio.create_task(main_batch(first)), asyncio.create_task(main_batch(second))]
-    await asyncio.sleep(0)
-    assert lanes.main_in_flight == 2
+    await wait_until(lambda: lanes.main_in_flight == 2)
     turn = asyncio.create_task(lanes.bulk_turn())
-    await asyncio.sleep(0.01)
-    assert lanes.bulk_waiting == 1 and not turn.done()
+    await wait_until(lambda: lanes.bulk_waiting == 1)
+    assert not turn.done()
     first.set()
-    await asyncio.sleep(0.01)
-    assert not turn.done()  # one main batch is still in flight
+    await batches[0]  # its end woke the bulk turn, if it were to wake it, before this returns
+    assert lanes.main_in_flight == 1
+    assert not turn.done() and lanes.bulk_waiting == 1  # one main batch is still in flight
     second.set()
     await asyncio.wait_for(turn, 1)
     await asyncio.gather(*batches)

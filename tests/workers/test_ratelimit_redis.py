@@ -20,24 +20,19 @@ from redis.asyncio import Redis
 from core.limiter import build_rate_limiter
 from core.ratelimit import (
     Allowed,
-    ElasticPool,
-    LimitDecision,
     MemoryRateLimiter,
     RetryAfter,
     Rule,
 )
 from core.ratelimit_redis import CHUNK, FAIL_OPEN_METRIC, RedisRateLimiter
+from harness.services import wait_until
+from tests.fixtures.ratelimit import HOURLY, TIMELINES, assert_close
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CROSS_PROCESS_DURATION_S = 10.0
 CROSS_PROCESS_WORKERS = 4
 CROSS_PROCESS_RULE = Rule("cross-process", limit=500, period_s=1.0)
-
-# A period of an hour makes T = 6 minutes, so the few ms the server clock moves during a test
-# change retry_after_ms/reset_after_ms by a few ms and never change remaining.
-HOURLY = Rule("hourly", limit=10, period_s=3600.0)
-SLACK_MS = 2_000
 
 
 @pytest.fixture
@@ -61,35 +56,6 @@ async def limiter(prefix: str) -> AsyncIterator[RedisRateLimiter]:
     limiter = RedisRateLimiter.from_url(REDIS_URL, prefix=prefix, registry=CollectorRegistry())
     yield limiter
     await limiter.aclose()
-
-
-def assert_close(actual: list[LimitDecision], expected: list[LimitDecision]) -> None:
-    """Equal except that ms values may differ by SLACK_MS (the server clock moves during a test)."""
-    assert len(actual) == len(expected)
-    for got, want in zip(actual, expected, strict=True):
-        assert type(got) is type(want), (got, want)
-        assert got.remaining == want.remaining, (got, want)
-        assert abs(got.reset_after_ms - want.reset_after_ms) <= SLACK_MS, (got, want)
-        if isinstance(got, RetryAfter) and isinstance(want, RetryAfter):
-            assert abs(got.retry_after_ms - want.retry_after_ms) <= SLACK_MS, (got, want)
-        if isinstance(got, Allowed) and isinstance(want, Allowed):
-            assert got.over_limit == want.over_limit, (got, want)
-
-
-POOL = ElasticPool("pool", Rule("pool", limit=8, period_s=3600.0))
-READ_ONLY_POOL = ElasticPool("pool", POOL.rule, read_only=True)
-TIMELINES: dict[str, list[tuple[str, Rule, int]]] = {
-    "burst_then_reject": [("k", HOURLY, 1)] * 12,
-    "burst_capacity": [("k", Rule("burst", limit=10, period_s=3600.0, burst=3), 1)] * 14,
-    "cost": [("k", HOURLY, 4), ("k", HOURLY, 7), ("k", HOURLY, 6), ("k", HOURLY, 1)],
-    "soft": [("k", Rule("soft", limit=10, period_s=3600.0, mode="soft", overshoot_pct=30), 1)] * 14,
-    "elastic": [("a", Rule("el", limit=3, period_s=3600.0, mode="elastic", elastic_pool=POOL), 1)] * 10
-    + [("b", Rule("el", limit=3, period_s=3600.0, mode="elastic", elastic_pool=POOL), 1)] * 4,
-    "elastic_read": [("pool", POOL.rule, 1)] * 5
-    + [("a", Rule("el", limit=2, period_s=3600.0, mode="elastic", elastic_pool=READ_ONLY_POOL), 1)] * 6
-    + [("pool", POOL.rule, 1)] * 4
-    + [("a", Rule("el", limit=2, period_s=3600.0, mode="elastic", elastic_pool=READ_ONLY_POOL), 1)] * 2,
-}
 
 
 @pytest.mark.parametrize("timeline", TIMELINES)
@@ -128,6 +94,7 @@ async def test_retrying_after_retry_after_ms_is_admitted(limiter: RedisRateLimit
     assert isinstance(rejected, RetryAfter)
     assert 50 <= rejected.retry_after_ms <= 100
 
+    # waiting out retry_after_ms is what is tested, on Redis's own clock (TIME): none to inject
     await asyncio.sleep(rejected.retry_after_ms / 1000)
 
     assert await limiter.acquire("k", rule)
@@ -153,14 +120,61 @@ async def test_acquire_many_equals_sequential_in_one_round_trip(
 
         return call
 
-    monkeypatch.setattr(batching._redis, "pipeline", counting(batching._redis.pipeline))
-    monkeypatch.setattr(batching._redis, "evalsha", counting(batching._redis.evalsha))
+    monkeypatch.setattr(batching, "_round_trip", counting(batching._round_trip))
 
     batched = await batching.acquire_many(requests)
 
     assert round_trips == 1
     assert_close(batched, sequential)
     await batching.aclose()
+
+
+async def test_concurrent_acquires_share_one_round_trip_in_call_order(
+    limiter: RedisRateLimiter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = [("k", HOURLY, 1 + i % 3) for i in range(8)] + [("j", HOURLY, 1)] * 12
+    memory = MemoryRateLimiter(clock=lambda: 1000.0)
+    expected = [await memory.acquire(key, rule, cost) for key, rule, cost in requests]
+    await limiter.acquire("warmup", HOURLY)  # loads the script
+    round_trips = 0
+    real = limiter._round_trip
+
+    async def counting(commands: list[bytes]) -> list[object]:
+        nonlocal round_trips
+        round_trips += 1
+        return await real(commands)
+
+    monkeypatch.setattr(limiter, "_round_trip", counting)
+
+    decisions = await asyncio.gather(*(limiter.acquire(key, rule, cost) for key, rule, cost in requests))
+
+    assert round_trips == 1
+    assert_close(list(decisions), expected)
+
+
+async def test_a_request_that_never_fits_fails_only_its_own_caller(limiter: RedisRateLimiter) -> None:
+    calls = [
+        limiter.acquire("k", HOURLY),
+        limiter.acquire("k", HOURLY, cost=11),
+        limiter.acquire("k", HOURLY),
+    ]
+
+    first, impossible, third = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(impossible, ValueError)
+    assert_close([first, third], [Allowed(9, 360_000), Allowed(8, 720_000)])  # type: ignore[list-item]
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_decisions(limiter: RedisRateLimiter) -> None:
+    tasks = [asyncio.create_task(limiter.acquire("k", HOURLY)) for _ in range(3)]
+    await asyncio.sleep(0)  # all three have joined the pending batch
+    tasks[1].cancel()
+
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert isinstance(results[1], asyncio.CancelledError)
+    assert isinstance(results[0], Allowed) and isinstance(results[2], Allowed)
+    assert_close([await limiter.acquire("k", HOURLY)], [Allowed(6, 1_440_000)])  # the batch ran all three
 
 
 async def test_idle_keys_expire_when_their_bucket_is_full(
@@ -172,8 +186,11 @@ async def test_idle_keys_expire_when_their_bucket_is_full(
 
     assert 0 < await redis.pttl(prefix + "k") <= 100
     assert 0 < await redis.pttl(prefix + "s|nominal") <= 50
-    await asyncio.sleep(0.15)
-    assert await redis.exists(prefix + "k", prefix + "s", prefix + "s|nominal") == 0
+
+    async def expired() -> bool:
+        return await redis.exists(prefix + "k", prefix + "s", prefix + "s|nominal") == 0
+
+    await wait_until(expired, timeout_s=1.0, interval_s=0.02)  # Redis expires them, on its clock
 
 
 async def test_reloads_the_script_after_noscript(limiter: RedisRateLimiter) -> None:
@@ -197,9 +214,10 @@ async def test_unreachable_redis_fails_open_counts_and_warns_once(caplog: pytest
 
     single = [await limiter.acquire("k", HOURLY) for _ in range(20)]
     batch = await limiter.acquire_many([("k", HOURLY, 1), ("k", Rule("other", 1, 1.0), 1)])
+    concurrent = await asyncio.gather(*(limiter.acquire("k", HOURLY) for _ in range(5)))
 
-    assert all(isinstance(d, Allowed) for d in single + batch)
-    assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "hourly"}) == 21
+    assert all(isinstance(d, Allowed) for d in single + batch + list(concurrent))
+    assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "hourly"}) == 26
     assert registry.get_sample_value(FAIL_OPEN_METRIC, {"rule_id": "other"}) == 1
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
     await limiter.aclose()
@@ -255,7 +273,7 @@ async def test_recovers_when_redis_returns(prefix: str) -> None:
     await proxy.stop()
     during_outage = [await limiter.acquire("k", rule) for _ in range(5)]
     await proxy.start()
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: not limiter._fail_open.skipping(), timeout_s=1.0, interval_s=0.01)
     after = await limiter.acquire("k", rule)
 
     assert all(isinstance(d, Allowed) for d in during_outage)
@@ -282,6 +300,7 @@ HAMMER = textwrap.dedent(
         limiter = RedisRateLimiter.from_url(url, prefix=prefix, timeout_s=2.0)
         rule = Rule("cross-process", limit=limit, period_s=period_s)
         await limiter.acquire("warmup", rule)  # connect and load the script before the clock starts
+        # these sleeps pace the load (a start line, attempts_per_s): the thing measured, not a wait
         await asyncio.sleep(max(0.0, start_at - time.time()))
         admitted = attempts = 0
         first_sent_s = last_answered_s = None

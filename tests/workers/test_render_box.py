@@ -13,7 +13,7 @@ from core.render import OWING_S, THREAD_SLICE_MS, Renderer, RequestBudget
 from core.render_box import RenderBox
 from core.render_errors import RenderError
 from harness.services import ApiServer, wait_until
-from tests.workers.hostile_templates import HOSTILE
+from tests.fixtures.hostile_templates import HOSTILE
 
 SLOW = HOSTILE["nested_range_loop"]
 

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.render import Renderer, RenderError, RequestBudget
-from tests.workers.hostile_templates import HOSTILE
+from harness.services import wait_until
+from tests.fixtures.hostile_templates import HOSTILE
 
 REFUSED = {"render_limit", "template_syntax", "template_error"}
 MAX_GROWTH_BYTES = 64 * 1024 * 1024
@@ -78,7 +79,7 @@ async def test_a_slow_render_leaves_the_event_loop_free() -> None:
     )
     while not render.done():
         ticks += 1
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)  # a tick of the loop is what is counted, not a wait for anything
     with pytest.raises(RenderError):
         await render
     # A render on the loop would let it tick only once it ended (0 ticks while it ran); off the
@@ -101,7 +102,7 @@ async def test_one_tenants_slow_renders_take_turns_and_never_queue_another_tenan
         asyncio.ensure_future(renderer.render_async(subject=None, body=slow, html=None, data={}, tenant="b"))
         for _ in range(6)
     ]
-    await asyncio.sleep(0)  # let them queue first
+    await wait_until(lambda: "b" in renderer._turns and renderer._turns["b"].waiting == 6)
     fine = await renderer.render_async(subject=None, body="hi {{ n }}", html=None, data={"n": 1}, tenant="a")
     assert fine.body == "hi 1"
     assert sum(not h.done() for h in hostile) >= 4, "tenant a waited behind tenant b's renders"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import AsyncIterator
 from datetime import datetime
 
 import pytest
@@ -14,31 +13,16 @@ from clarion.retry_settings import RetrySettings
 from harness.fakes import make_message
 from harness.fakes.twilio import FakeTwilio
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
-from providers.settings import TwilioSettings
 from providers.twilio import TwilioProvider
 from schema.enums import Channel
+from tests.fixtures.provider_fakes import adapter_for, running_fake
+from tests.fixtures.provider_settings import twilio_settings
 from workers.retry import RetryPolicy
 
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTwilio]:
-    async with FakeTwilio() as server:
-        yield server
+fake = running_fake(FakeTwilio)
 
 
-@pytest.fixture
-async def provider(fake: FakeTwilio) -> AsyncIterator[TwilioProvider]:
-    adapter = TwilioProvider(
-        TwilioSettings(
-            account_sid=fake.account_sid,
-            auth_token=fake.auth_token,
-            from_number="+14155550199",
-            base_url=fake.url,
-            timeout_s=2,
-        )
-    )
-    yield adapter
-    await adapter.aclose()
+provider = adapter_for(lambda fake: TwilioProvider(twilio_settings(fake, timeout_s=2)))
 
 
 def gaps_s(fake: FakeTwilio) -> list[float]:
@@ -80,11 +64,17 @@ async def test_two_server_errors_then_success_is_sent_on_the_third_call_with_jit
     assert statistics.pstdev(second) > 0.01, second
 
 
+def asks_to_wait_once(fake: FakeTwilio, *, retry_after_s: int) -> None:
+    """The next call is refused 429 with ``Retry-After`` (not Twilio's behaviour, which sends
+    none: this tests the policy's handling of the hint)."""
+    fake.retry_after_hint = True
+    fake.force_rate_limit(1, retry_after_s=retry_after_s)
+
+
 async def test_retry_after_within_the_cap_is_waited_in_process(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
-    fake.retry_after_hint = True  # not Twilio's behaviour: tests Retry-After handling
-    fake.force_rate_limit(1, retry_after_s=2)
+    asks_to_wait_once(fake, retry_after_s=2)
     policy = RetryPolicy(in_process_attempts=3, base_s=0.01, max_wait_s=3)
 
     await policy.run(lambda: provider.send(make_message(Channel.sms)), provider="twilio")
@@ -96,8 +86,7 @@ async def test_retry_after_within_the_cap_is_waited_in_process(
 async def test_retry_after_beyond_the_cap_ends_the_in_process_attempts_at_once(
     fake: FakeTwilio, provider: TwilioProvider
 ) -> None:
-    fake.retry_after_hint = True  # not Twilio's behaviour: tests Retry-After handling
-    fake.force_rate_limit(1, retry_after_s=30)
+    asks_to_wait_once(fake, retry_after_s=30)
     policy = RetryPolicy(in_process_attempts=3, base_s=0.01, max_wait_s=1)
 
     with pytest.raises(TransientProviderError) as caught:

@@ -5,7 +5,6 @@ Most tests run on the in-process limiter; the elastic caps run on it and on the 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -227,17 +226,20 @@ async def test_a_slowed_provider_admits_fewer_calls() -> None:
 
 async def test_changed_rules_are_picked_up_after_the_refresh_interval() -> None:
     table = Table([])
-    cache = RulesCache(table.fetch, ttl_s=0.05)
+    now_s = [0.0]
+    cache = RulesCache(table.fetch, ttl_s=2.0, clock=lambda: now_s[0])
     gate = ThrottleGate(
         rules=cache, limiter=MemoryRateLimiter(), provider_name=lambda _: "apns", clock=lambda: NOW
     )
     assert await admit_n(gate, 2) == [None, None]
     table.rules.append(rule_row(limit=1))
-    await asyncio.sleep(0.06)
+    now_s[0] = 1.9
+    assert await admit_n(gate, 2) == [None, None]  # within the interval: the cached rules still hold
+    now_s[0] = 2.0
     first, second = await admit_n(gate, 2)
     assert first is None and second.status == "throttled"
     table.rules.clear()
-    await asyncio.sleep(0.06)
+    now_s[0] = 4.0
     assert await admit_n(gate, 2) == [None, None]
 
 

@@ -11,14 +11,12 @@ from aioapns import APNs, NotificationRequest, PushType
 from aioapns.connection import APNsProductionClientProtocol
 
 from harness.fakes.apns import FakeApns
+from tests.fixtures.provider_fakes import running_fake
 
 DEVICE = "cd" * 32
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeApns]:
-    async with FakeApns() as server:
-        yield server
+fake = running_fake(FakeApns)
 
 
 @pytest.fixture

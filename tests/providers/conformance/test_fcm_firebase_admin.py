@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import firebase_admin
@@ -15,12 +15,9 @@ import requests.adapters
 from firebase_admin import _http_client, credentials, exceptions, messaging
 
 from harness.fakes.fcm import FakeFcm
+from tests.fixtures.provider_fakes import running_fake
 
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeFcm]:
-    async with FakeFcm() as server:
-        yield server
+fake = running_fake(FakeFcm)
 
 
 @pytest.fixture

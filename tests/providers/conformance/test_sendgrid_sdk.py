@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,12 +12,9 @@ from sendgrid import SendGridAPIClient
 from sendgrid.helpers.mail import Mail
 
 from harness.fakes.sendgrid import FakeSendGrid
+from tests.fixtures.provider_fakes import running_fake
 
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSendGrid]:
-    async with FakeSendGrid() as server:
-        yield server
+fake = running_fake(FakeSendGrid)
 
 
 async def send(fake: FakeSendGrid, mail: Mail, api_key: str | None = None) -> Any:

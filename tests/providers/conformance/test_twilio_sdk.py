@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from twilio.base.exceptions import TwilioRestException
 from twilio.rest import Client
 
 from harness.fakes.twilio import FakeTwilio
+from tests.fixtures.provider_fakes import running_fake
 
 FROM = "+15005550006"
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTwilio]:
-    async with FakeTwilio() as server:
-        yield server
+fake = running_fake(FakeTwilio)
 
 
 def client_for(fake: FakeTwilio) -> Client:

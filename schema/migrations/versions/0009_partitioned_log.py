@@ -10,15 +10,15 @@ old table dropped. The serial sequences move over to the new tables, so ids carr
 ``delivery_attempts`` loses its foreign key to ``notifications`` (a referenced key must include
 the partition key); attempts are written only by the worker holding the notification's claim.
 
-``engagement`` (partitioned from its first migration, every row still in its default partition)
-gets its day partitions too, and its foreign key becomes composite,
-``(notification_id, notification_created_at) -> notifications (id, created_at)``.
+``engagement`` and ``analytics_hourly`` (partitioned from their first migration, every row still
+in their default partition) get their day partitions too, and engagement's foreign key becomes
+composite, ``(notification_id, notification_created_at) -> notifications (id, created_at)``.
 
 Downgrade copies every row back; it fails if an event id was used twice after the upgrade (once a
 day's keys expired), as the old unique constraint would refuse it.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-25
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | None = "0006"
+revision: str = "0009"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -61,6 +61,8 @@ INDEXES = {
         "CREATE INDEX ix_sandbox_messages_tenant_id ON sandbox_messages (tenant_id)",
     ],
 }
+# Partitioned already, with only a default partition: their rows move into day partitions.
+SPLIT = {"engagement": "notification_created_at", "analytics_hourly": "hour"}
 SEQUENCES = {"delivery_attempts": "delivery_attempts_id_seq", "sandbox_messages": "sandbox_messages_id_seq"}
 FOREIGN_KEYS = {
     "notifications": [
@@ -100,8 +102,9 @@ def upgrade() -> None:
         "ALTER TABLE delivery_attempts DROP CONSTRAINT IF EXISTS delivery_attempts_notification_id_fkey"
     )
     op.execute("ALTER TABLE engagement DROP CONSTRAINT IF EXISTS engagement_notification_id_fkey")
-    op.execute("ALTER TABLE engagement DETACH PARTITION engagement_default")
-    op.execute("ALTER TABLE engagement_default RENAME TO engagement_old")
+    for table in SPLIT:
+        op.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_default")
+        op.execute(f"ALTER TABLE {table}_default RENAME TO {table}_old")
     op.execute("ALTER TABLE notifications DROP CONSTRAINT uq_notifications_event")
     for table, (key, _, pk) in LOG.items():
         op.execute(f"ALTER TABLE {table} RENAME TO {table}_old")
@@ -115,7 +118,7 @@ def upgrade() -> None:
     days = _days(
         bind,
         [f"SELECT {day} FROM {table}_old" for table, (_, day, _) in LOG.items()]
-        + ["SELECT (notification_created_at AT TIME ZONE 'UTC')::date FROM engagement_old"],
+        + [f"SELECT ({key} AT TIME ZONE 'UTC')::date FROM {table}_old" for table, key in SPLIT.items()],
     )
     op.execute(
         """CREATE TABLE notification_keys (
@@ -127,11 +130,12 @@ def upgrade() -> None:
                PRIMARY KEY (tenant_id, event_id, day)
            ) PARTITION BY RANGE (day)"""
     )
-    for table in [*LOG, "notification_keys", "engagement"]:
+    for table in [*LOG, "notification_keys", *SPLIT]:
         _create_partitions(table, days)
-    for table in [*LOG, "engagement"]:
+    for table in [*LOG, *SPLIT]:
         op.execute(f"INSERT INTO {table} SELECT * FROM {table}_old")
-    op.execute("DROP TABLE engagement_old")
+    for table in SPLIT:
+        op.execute(f"DROP TABLE {table}_old")
     op.execute(
         "INSERT INTO notification_keys (tenant_id, event_id, day, notification_id, request_hash) "
         "SELECT tenant_id, event_id, (created_at AT TIME ZONE 'UTC')::date, id, request_hash "
@@ -149,7 +153,9 @@ def upgrade() -> None:
         "ALTER TABLE engagement ADD CONSTRAINT engagement_notification_fkey FOREIGN KEY "
         "(notification_id, notification_created_at) REFERENCES notifications (id, created_at) ON DELETE CASCADE"
     )
-    op.execute("ANALYZE notifications, delivery_attempts, sandbox_messages, notification_keys, engagement")
+    op.execute(
+        "ANALYZE notifications, delivery_attempts, sandbox_messages, notification_keys, engagement, analytics_hourly"
+    )
 
 
 def downgrade() -> None:

@@ -1,0 +1,56 @@
+"""``GET /v1/analytics``: counts and rates per template, channel, category and provider over time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from api.analytics import DIMENSIONS, AnalyticsPage, parse_group_by, read_analytics
+from api.auth import require
+from api.json_types import IsoAwareDatetime
+from api.openapi_doc import NO_NUL
+from clarion.tenants import Principal
+from schema.enums import Channel
+
+router = APIRouter(prefix="/v1/analytics", tags=["analytics"])
+
+
+@router.get("", response_model=AnalyticsPage)
+async def analytics(
+    request: Request,
+    principal: Annotated[Principal, Depends(require("read"))],
+    since: Annotated[
+        IsoAwareDatetime | None,
+        Query(description="from (inclusive, ISO 8601 with a zone); default: 7 days ago"),
+    ] = None,
+    until: Annotated[IsoAwareDatetime | None, Query(description="to (exclusive); default: now")] = None,
+    interval: Literal["hour", "day"] = "day",
+    group_by: Annotated[
+        str | None,
+        Query(
+            max_length=100,
+            pattern=r"^[a-z_,]*$",
+            description=f"comma-separated, any of: {', '.join(DIMENSIONS)}",
+        ),
+    ] = None,
+    channel: Channel | None = None,
+    template: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None,
+    category: Annotated[str | None, Query(max_length=64, pattern=NO_NUL)] = None,
+) -> AnalyticsPage:
+    """Accepted, sent, failed, suppressed, delivered, bounced, opened, clicked, unsubscribed and
+    complained counts with their rates, per hour or day, from rollups kept as events arrive."""
+    now = datetime.now(UTC)
+    until = until or now
+    return await read_analytics(
+        pool=request.app.state.pool,
+        tenant_id=principal.tenant_id,
+        since=since or until - timedelta(days=7),
+        until=until,
+        interval=interval,
+        group_by=parse_group_by(group_by),
+        channel=channel.value if channel else None,
+        template=template,
+        category=category,
+    )

@@ -1,0 +1,149 @@
+"""Replaying a tenant's webhook events to one of its endpoints, and showing recent deliveries.
+
+A replay queues a new delivery of each logged event (the same ``webhook-id`` and body, so a
+receiver that keeps ids drops what it already has) either from a time (``since``: every event the
+endpoint subscribes to, logged at or after it, oldest first, at most ``MAX_REPLAY`` per call; the
+answer's ``next_since`` continues) or of one event (``event_id``, whatever its type). Events are
+kept ``CLARION_WEBHOOK_RETENTION_DAYS``.
+
+Errors: ``ApiError`` 404 ``not_found`` (no such endpoint or event for this tenant), 409
+``endpoint_disabled`` (enable it first), 422 ``validation_error``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated
+from uuid import UUID
+
+import sqlalchemy as sa
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.errors import ApiError
+from core.webhook_events import PARKED_AT
+from schema.ids import uuid7_time
+
+MAX_REPLAY = 10_000
+_PARKED = datetime.fromisoformat(PARKED_AT)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError("give the time with its offset (2026-11-25T09:00:00Z)")
+    return value
+
+
+class ReplayIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    since: Annotated[datetime | None, AfterValidator(_aware)] = Field(
+        default=None, description="replay every subscribed event logged at or after this time"
+    )
+    event_id: UUID | None = Field(default=None, description="replay this one event (its webhook-id)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ReplayIn:
+        if (self.since is None) == (self.event_id is None):
+            raise ValueError("give exactly one of since and event_id")
+        return self
+
+
+class ReplayOut(BaseModel):
+    replayed: int
+    next_since: datetime | None = Field(
+        description="more events remain: replay again from this time (null when all were queued)"
+    )
+
+
+class DeliveryOut(BaseModel):
+    id: UUID
+    event_id: UUID
+    event_type: str
+    state: str = Field(description="pending | delivered | failed | cancelled")
+    attempts: int
+    next_attempt_at: datetime | None = Field(
+        description="when the next call is due (null: done, or parked while the endpoint is disabled)"
+    )
+    last_attempt_at: datetime | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+    replay: bool
+    created_at: datetime
+
+
+_ENDPOINT = sa.text("SELECT enabled, event_types FROM webhook_endpoints WHERE id = :e AND tenant_id = :t")
+_REPLAY_SINCE = sa.text(
+    """
+    WITH picked AS (
+        SELECT id, type, body, created_at FROM webhook_events
+         WHERE tenant_id = :t AND created_at >= :since AND type = ANY(:types)
+         ORDER BY created_at, id LIMIT :limit
+    ), queued AS (
+        INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body, replay)
+        SELECT gen_random_uuid(), CAST(:e AS uuid), CAST(:t AS text), id, type, body, true FROM picked
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM queued) AS n, (SELECT max(created_at) FROM picked) AS last
+    """
+)
+_REPLAY_ONE = sa.text(
+    """
+    INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body, replay)
+    SELECT gen_random_uuid(), CAST(:e AS uuid), CAST(:t AS text), id, type, body, true FROM webhook_events
+     WHERE tenant_id = :t AND id = :id AND created_at BETWEEN :lo AND :hi
+    """
+)
+
+
+async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, request: ReplayIn) -> ReplayOut:
+    """Queue the events ``request`` names for the endpoint again (see the module docstring)."""
+    async with engine.begin() as conn:
+        endpoint = (await conn.execute(_ENDPOINT, {"e": endpoint_id, "t": tenant_id})).first()
+        if endpoint is None:
+            raise ApiError(404, "not_found", f"No webhook endpoint {endpoint_id}.")
+        if not endpoint.enabled:
+            raise ApiError(409, "endpoint_disabled", "The endpoint is disabled: enable it, then replay.")
+        if request.event_id is not None:
+            try:
+                # The id is a UUIDv7: its time names the one to three daily partitions to search.
+                at = uuid7_time(request.event_id)
+            except ValueError:
+                raise ApiError(404, "not_found", f"No webhook event {request.event_id}.") from None
+            params = {"e": endpoint_id, "t": tenant_id, "id": request.event_id}
+            window = {"lo": at - timedelta(days=1), "hi": at + timedelta(days=1)}
+            if not (await conn.execute(_REPLAY_ONE, params | window)).rowcount:
+                raise ApiError(404, "not_found", f"No webhook event {request.event_id}.")
+            return ReplayOut(replayed=1, next_since=None)
+        params = {"e": endpoint_id, "t": tenant_id, "since": request.since, "limit": MAX_REPLAY}
+        row = (await conn.execute(_REPLAY_SINCE, params | {"types": list(endpoint.event_types)})).one()
+    more = row.n >= MAX_REPLAY
+    # Continue after the last one queued (created_at is microseconds; ties at that instant repeat).
+    next_since = row.last + timedelta(microseconds=1) if more and row.last is not None else None
+    return ReplayOut(replayed=row.n, next_since=next_since)
+
+
+_DELIVERIES = sa.text(
+    """
+    SELECT d.id, d.event_id, d.event_type, d.state, d.attempts,
+           CASE WHEN d.state = 'pending' AND d.next_attempt_at < :parked THEN d.next_attempt_at END
+             AS next_attempt_at, d.last_attempt_at,
+           d.last_status, d.last_error, d.delivered_at, d.replay, d.created_at
+      FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.tenant_id = :t
+     WHERE d.endpoint_id = :e
+     ORDER BY d.created_at DESC, d.id LIMIT :limit
+    """
+)
+
+
+async def recent_deliveries(
+    *, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, limit: int
+) -> list[DeliveryOut]:
+    """The endpoint's newest deliveries with each one's last error (404 for another tenant's)."""
+    async with engine.connect() as conn:
+        if (await conn.execute(_ENDPOINT, {"e": endpoint_id, "t": tenant_id})).first() is None:
+            raise ApiError(404, "not_found", f"No webhook endpoint {endpoint_id}.")
+        params = {"e": endpoint_id, "t": tenant_id, "limit": limit, "parked": _PARKED}
+        rows = (await conn.execute(_DELIVERIES, params)).all()
+    return [DeliveryOut(**row._mapping) for row in rows]

@@ -1,0 +1,98 @@
+"""Analytics rollups: hourly counts per (tenant, channel, template, template version, category,
+provider), kept up to date as notifications are accepted, end and are engaged with, so reading
+them never scans the log.
+
+Who adds what, each in the transaction that makes it true unless said otherwise:
+
+- ``accepted``: the API, right after the accept transaction committed (``api/accept_queue.py``;
+  a crash between the two loses those counts: the rollup is a view for people, the log is the
+  record), keyed by the hour of acceptance;
+- ``sent``, ``failed`` (also ``dead`` and ``expired``), ``suppressed``: the worker's record step,
+  only for rows it moved to that status (a replayed outcome counts nothing), keyed by the hour the
+  notification was accepted;
+- ``delivered``, ``bounced``, ``opened``, ``clicked``, ``unsubscribed``, ``complained``: the
+  engagement upsert, once per notification and type (the first open, however many follow).
+
+Rates read against these: a notification's outcome lands in the hour it was *accepted*, so an
+hour's ``sent / accepted`` is that hour's cohort. ``accepted`` has no provider yet (provider
+``''``): grouped by provider, rates use ``sent`` as their base.
+
+Errors: asyncpg errors pass through (the caller's transaction decides).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+COUNTS = (
+    "accepted", "sent", "failed", "suppressed", "delivered", "bounced", "opened", "clicked",
+    "unsubscribed", "complained",
+)  # fmt: skip
+# Statuses the record step counts, and under which count.
+STATUS_COUNTS = {
+    "sent": "sent",
+    "failed": "failed",
+    "dead": "failed",
+    "expired": "failed",
+    "suppressed": "suppressed",
+}
+ENGAGEMENT_COUNTS = frozenset(COUNTS[4:])
+
+
+@dataclass(frozen=True, slots=True)
+class RollupKey:
+    tenant_id: str
+    hour: datetime
+    channel: str
+    template: str = ""  # '' for inline content
+    template_version: int = 0
+    category: str = ""
+    provider: str = ""
+
+
+def _upsert(count: str) -> str:
+    if count not in COUNTS:
+        raise ValueError(f"not an analytics count: {count!r}")
+    return f"""
+INSERT INTO analytics_hourly AS a (tenant_id, hour, channel, template, template_version, category,
+                                   provider, {count})
+SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::int[], $6::text[],
+                     $7::text[], $8::bigint[])
+ON CONFLICT (tenant_id, hour, channel, template, template_version, category, provider)
+DO UPDATE SET {count} = a.{count} + excluded.{count}
+"""
+
+
+_UPSERTS = {count: _upsert(count) for count in COUNTS}
+
+
+def hour_of(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+async def add_counts(
+    *, conn: asyncpg.Connection | asyncpg.Pool, count: str, keys: Iterable[RollupKey]
+) -> None:
+    """Add one to ``count`` for each key (repeats add up), in key order: two transactions touching
+    the same rows lock them in the same order."""
+    totals = Counter(keys)
+    if not totals:
+        return
+    ordered = sorted(totals, key=lambda k: (k.tenant_id, k.hour, k.channel, k.template, k.template_version,
+                                            k.category, k.provider))  # fmt: skip
+    columns = [
+        [k.tenant_id for k in ordered],
+        [k.hour for k in ordered],
+        [k.channel for k in ordered],
+        [k.template for k in ordered],
+        [k.template_version for k in ordered],
+        [k.category for k in ordered],
+        [k.provider for k in ordered],
+        [totals[k] for k in ordered],
+    ]
+    await conn.execute(_UPSERTS[count], *columns)

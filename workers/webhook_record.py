@@ -1,0 +1,116 @@
+"""Record one webhook call's result: the delivery's next state and its endpoint's failure streak.
+
+- success: the delivery is ``delivered``; the endpoint's streak is reset.
+- failure: the delivery waits ``backoff_s`` (exponential, jittered, at least a 429/503's
+  Retry-After), or is ``failed`` after ``max_attempts`` calls; the endpoint's streak grows, and
+  once it holds ``disable_after_failures`` calls over at least ``disable_after_s`` of failing, the
+  endpoint is disabled with the reason stored (``GET /v1/webhook-endpoints/{id}`` shows it) and
+  its pending deliveries are parked until it is enabled again.
+- deferred (the endpoint's breaker is open, no call made): the delivery waits until the breaker
+  lets a call through, and the claim's attempt is given back.
+
+A result is written only while the delivery is still this caller's (same ``attempts``, still
+pending): after a lease expired and another process took it, that process's result counts.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from core.webhook_events import PARK_PENDING
+from workers.record import storable
+from workers.webhook_claim import ClaimedDelivery
+from workers.webhook_send import CallResult
+
+DELIVERED = """
+UPDATE webhook_deliveries
+   SET state = 'delivered', delivered_at = now(), last_status = $3, last_error = NULL
+ WHERE id = $1 AND created_at = $2 AND state = 'pending'
+"""
+FAILED = """
+UPDATE webhook_deliveries
+   SET state = CASE WHEN attempts >= $4 THEN 'failed' ELSE state END,
+       next_attempt_at = now() + make_interval(secs => $5),
+       last_status = $6, last_error = $7
+ WHERE id = $1 AND created_at = $2 AND state = 'pending' AND attempts = $3
+"""
+DEFERRED = """
+UPDATE webhook_deliveries SET next_attempt_at = $4, attempts = attempts - 1
+ WHERE id = $1 AND created_at = $2 AND state = 'pending' AND attempts = $3
+"""
+ENDPOINT_OK = """
+UPDATE webhook_endpoints SET failure_streak = 0, failing_since = NULL
+ WHERE id = $1 AND failure_streak > 0
+"""
+# In SET, every column reads its value before this UPDATE.
+ENDPOINT_FAILED = """
+WITH judged AS (
+    SELECT id, failure_streak + 1 AS streak, coalesce(failing_since, now()) AS since,
+           enabled AND failure_streak + 1 >= $2
+             AND coalesce(failing_since, now()) <= now() - make_interval(secs => $3) AS disable
+      FROM webhook_endpoints WHERE id = $1 FOR UPDATE
+)
+UPDATE webhook_endpoints e
+   SET failure_streak = j.streak,
+       failing_since = j.since,
+       enabled = e.enabled AND NOT j.disable,
+       disabled_at = CASE WHEN j.disable THEN now() ELSE e.disabled_at END,
+       disabled_reason = CASE WHEN j.disable THEN format(
+           'disabled by Clarion after %s consecutive failed deliveries since %s; last: %s',
+           j.streak, to_char(j.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), $4::text)
+           ELSE e.disabled_reason END
+  FROM judged j WHERE e.id = j.id
+RETURNING j.disable
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    max_attempts: int
+    base_s: float
+    max_s: float
+    disable_after_failures: int
+    disable_after_s: float
+
+    def backoff_s(self, attempts: int, retry_after_s: float | None = None) -> float:
+        """Delay after the ``attempts``-th failed call: base doubling to max, jittered over its
+        upper half (a burst of failures does not come back as a burst), never under Retry-After."""
+        ceiling = min(self.max_s, self.base_s * 2 ** min(attempts - 1, 40))
+        delay = random.uniform(ceiling / 2, ceiling)
+        return max(delay, min(retry_after_s or 0.0, self.max_s))
+
+
+async def record_result(
+    *, pool: asyncpg.Pool, delivery: ClaimedDelivery, result: CallResult, policy: RetryPolicy
+) -> bool:
+    """Write ``result`` (one transaction); returns True when this failure disabled the endpoint."""
+    key = (delivery.id, delivery.created_at)
+    async with pool.acquire() as conn, conn.transaction():
+        if result.ok:
+            await conn.execute(DELIVERED, *key, result.status)
+            await conn.execute(ENDPOINT_OK, delivery.endpoint_id)
+            return False
+        error = storable(result.error, 500)
+        delay_s = policy.backoff_s(delivery.attempts, result.retry_after_s)
+        await conn.execute(
+            FAILED, *key, delivery.attempts, policy.max_attempts, delay_s, result.status, error
+        )
+        disabled = await conn.fetchval(
+            ENDPOINT_FAILED,
+            delivery.endpoint_id,
+            policy.disable_after_failures,
+            policy.disable_after_s,
+            error or "unknown error",
+        )
+        if disabled:
+            await conn.execute(PARK_PENDING, delivery.endpoint_id)
+        return bool(disabled)
+
+
+async def record_deferred(*, pool: asyncpg.Pool, delivery: ClaimedDelivery, until: datetime) -> None:
+    """The breaker refused the call: try again at ``until``, without spending an attempt."""
+    await pool.execute(DEFERRED, delivery.id, delivery.created_at, delivery.attempts, until)
