@@ -12,6 +12,9 @@ request costs one or two socket reads.
 
 The check in ``BodySizeLimit`` stays the exact one: a read that completes the head is let through
 here whatever its size (it may carry body bytes too), and the middleware measures the headers.
+
+A request httptools cannot parse (a request line past ~64 KB among them: uvicorn answers those
+itself) gets a 400 in the API's error shape rather than uvicorn's plain-text one.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ _RESPONSE = (
     b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
     b"connection: close\r\n\r\n" + _BODY
 )
+_BAD = json.dumps({"error": {"code": "bad_request", "message": "The request is not valid HTTP."}}).encode()
+_BAD_RESPONSE = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+    b"content-length: " + str(len(_BAD)).encode() + b"\r\nconnection: close\r\n\r\n" + _BAD
+)
 
 
 class HeadLimitedProtocol(HttpToolsProtocol):
@@ -58,6 +66,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if self._in_head and self._head_bytes > HEAD_LIMIT_BYTES and not self.transport.is_closing():
             self.transport.write(_RESPONSE)
             self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools refused, answered in the API's error shape (uvicorn's is text)."""
+        self.transport.write(_BAD_RESPONSE)
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         self._in_head = False

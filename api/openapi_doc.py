@@ -123,6 +123,7 @@ def _links(schema: dict[str, Any]) -> None:
     try:
         created = paths["/v1/templates"]["post"]["responses"]["201"]
         preview = paths["/v1/templates/{name}/preview"]["post"]["operationId"]
+        activate = paths["/v1/templates/{name}/activate"]["post"]["operationId"]
     except KeyError:
         return
     created["links"] = {
@@ -135,7 +136,16 @@ def _links(schema: dict[str, Any]) -> None:
                 "version": "$response.body#/version",
                 "data": "$response.body#/sample_data",
             },
-        }
+        },
+        "ActivateCreatedTemplate": {  # a link with the name alone activated versions that never existed
+            "operationId": activate,
+            "parameters": {"name": "$response.body#/name"},
+            "requestBody": {
+                "channel": "$response.body#/channel",
+                "locale": "$response.body#/locale",
+                "version": "$response.body#/version",
+            },
+        },
     }
 
 

@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
@@ -172,7 +172,7 @@ class TenantSettingsIn(BaseModel):
         description="the same rendered content to the same user on the same channel within this many "
         "seconds is recorded as 'duplicate' and not sent; null turns content dedupe off",
     )
-    email_tracking: bool = Field(
+    email_tracking: StrictBool = Field(
         default=False,
         description="Clarion's own email tracking for every email of the tenant: links redirect through "
         "/t/c/ and an open pixel /t/o/ is added to the HTML; a template version's track_email overrides it",

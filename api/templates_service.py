@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.accept_checks import render_error
@@ -49,7 +49,7 @@ class TemplateIn(BaseModel):
         default_factory=dict, description="data the template must render with"
     )
     activate: bool = Field(default=True, description="make this version the active one")
-    track_email: bool | None = Field(
+    track_email: StrictBool | None = Field(
         default=None,
         description="email only: Clarion's own email tracking for this version (links through /t/c/, an "
         "open pixel); null follows the tenant's email_tracking setting",

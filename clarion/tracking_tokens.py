@@ -23,7 +23,7 @@ from clarion.tokens import InvalidToken
 
 _VERSION = b"clarion-email-tracking-v1."
 MAX_LINK_CHARS = 2048  # longer links are left as they are, untracked
-MAX_TOKEN_CHARS = 4 * MAX_LINK_CHARS  # base64 of the JSON claims and a signature, with room
+MAX_TOKEN_CHARS = 2 * MAX_LINK_CHARS  # base64 of the JSON claims (a link is plain ASCII) and a signature
 
 __all__ = ["MAX_LINK_CHARS", "InvalidToken", "TrackingClaims", "make_tracking_token", "verify_tracking_token"]
 

@@ -32,8 +32,17 @@ _BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
 
 
 def trackable(url: str) -> bool:
-    """Whether ``url`` is a web link short enough to carry in a click token."""
-    return url[:8].lower().startswith(("http://", "https://")) and len(url) <= MAX_LINK_CHARS
+    """Whether ``url`` is a web link that fits a click token: at most ``MAX_LINK_CHARS`` of ASCII
+    with nothing JSON escapes, so its token stays under 2 x MAX_LINK_CHARS (a non-ASCII IRI would
+    grow sixfold as JSON escapes, and its link would break at the route's length limit)."""
+    return (
+        url[:8].lower().startswith(("http://", "https://"))
+        and len(url) <= MAX_LINK_CHARS
+        and url.isascii()
+        and url.isprintable()
+        and '"' not in url
+        and "\\" not in url
+    )
 
 
 def track_html(

@@ -9,11 +9,12 @@ from fastapi.responses import RedirectResponse
 from api.errors import ApiError
 from api.tracking import PIXEL, claims_of, record_hit
 from clarion.settings import Settings
-from clarion.tracking_tokens import MAX_LINK_CHARS
+from clarion.tracking_tokens import MAX_TOKEN_CHARS
 
 router = APIRouter(tags=["tracking"])
 
-Token = Path(min_length=1, max_length=4 * MAX_LINK_CHARS, pattern=r"^[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+$")
+# A click token for a link of MAX_LINK_CHARS is ~2,900 characters (claims as base64, a signature).
+Token = Path(min_length=1, max_length=MAX_TOKEN_CHARS, pattern=r"^[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+$")
 _NO_STORE = {"Cache-Control": "no-store, private", "Referrer-Policy": "no-referrer"}
 
 

@@ -76,6 +76,21 @@ async def test_an_oversized_head_is_refused_while_it_is_still_arriving(api: ApiS
     assert json.loads(body)["error"]["code"] == "headers_too_large"
 
 
+async def test_a_request_httptools_cannot_parse_gets_the_error_shape(api: ApiServer) -> None:
+    """A request line past ~64 KB (or any unparsable request): uvicorn answered in plain text."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", api.settings.api_port)
+    try:
+        writer.write(
+            b"GET /t/o/" + b"%F1%AC%BF%A9" * 6_000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        await writer.drain()
+        head, _, body = (await asyncio.wait_for(reader.read(), timeout=10)).partition(b"\r\n\r\n")
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert json.loads(body)["error"]["code"] == "bad_request"
+
+
 async def test_a_head_under_the_limit_that_arrives_in_pieces_is_served(api: ApiServer) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", api.settings.api_port)
     try:

@@ -55,9 +55,21 @@ def test_entities_in_a_link_are_decoded_for_the_token_and_the_new_link_escaped()
 
 def test_long_links_and_kept_links_stay_as_they_are() -> None:
     long = "https://s.example/" + "a" * MAX_LINK_CHARS
-    body = f'<a href="{long}">x</a><a href="https://api.example/v1/unsubscribe?t=1">u</a>'
+    iri = "https://s.example/" + "é" * 400  # as JSON each é is \\u00e9: its token would not fit
+    body = (
+        f'<a href="{long}">x</a><a href="https://api.example/v1/unsubscribe?t=1">u</a>'
+        f'<a href="{iri}">i</a><a href="https://s.example/a\\b">b</a>'
+    )
     out = tracked(body, keep=("https://api.example/v1/unsubscribe",))
     assert out.startswith(body)
+
+
+def test_the_longest_trackable_link_makes_a_token_the_route_takes() -> None:
+    from clarion.tracking_tokens import MAX_TOKEN_CHARS
+
+    link = "https://s.example/?" + "&" * (MAX_LINK_CHARS - 19)
+    token = make_tracking_token(secret="s", tenant_id="t" * 64, notification_id=NID, link=link)
+    assert len(link) == MAX_LINK_CHARS and len(token) <= MAX_TOKEN_CHARS
 
 
 def test_the_open_pixel_goes_before_the_last_body_end_or_at_the_end() -> None:
