@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import asyncpg
 
 from api.accept_checks import Recipient, check_content, check_push_devices, find_recipients
-from api.errors import ApiError
+from api.idempotency import existing_keys, key_locks, not_repeats, repeat_of
 from api.models import UserIn
 from api.submission import AcceptDecision, AcceptResult, Submission
 from core.render import Renderer
@@ -39,12 +39,6 @@ def transition(status: str, detail: str | None = None, at: datetime | None = Non
     return {"status": status, "at": (at or datetime.now(UTC)).isoformat(), "detail": detail}
 
 
-EXISTING = """
-SELECT n.tenant_id, n.event_id, n.id, n.status, n.request_hash
-  FROM notifications n
-  JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, event_id)
-    ON n.tenant_id = k.tenant_id AND n.event_id = k.event_id
-"""
 UPSERT_USERS = """
 INSERT INTO users (id, tenant_id, external_id, email, phone, locale, timezone)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
@@ -64,21 +58,38 @@ INSERT INTO devices (id, user_id, platform, token)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[])
 ON CONFLICT DO NOTHING
 """
+# The key first (api/idempotency.py): a row of today's keys already there (a concurrent first use,
+# which the lock made wait) conflicts on the key's primary key; one of yesterday's (a first use just
+# before midnight) is found by the re-check, whose snapshot is taken after EXISTING took the locks
+# (a subquery per key, not NOT EXISTS: an anti-join hashed a young partition whole, see EXISTING).
+# Either way the notification is not written and the send is answered as a repeat.
 INSERT = """
+WITH v AS MATERIALIZED (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
+                         $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
+                         $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[],
+                         $19::text[])
+           AS v(id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
+                template_version, locale, content, data, send_at, expires_at, status, not_before, history,
+                traceparent)
+), keys AS (
+    INSERT INTO notification_keys (tenant_id, event_id, day, notification_id, request_hash)
+    SELECT v.tenant_id, v.event_id, (now() AT TIME ZONE 'UTC')::date, v.id, v.request_hash
+      FROM v
+     WHERE (SELECT 1 FROM notification_keys y
+             WHERE y.day BETWEEN $20::date AND $21::date
+               AND y.tenant_id = v.tenant_id AND y.event_id = v.event_id
+             LIMIT 1) IS NULL
+    ON CONFLICT DO NOTHING
+    RETURNING notification_id
+)
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,
                            template, template_version, locale, content, data, send_at, expires_at, status,
                            not_before, history, traceparent, attempts)
-SELECT id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
+SELECT v.id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
        template_version, locale, content::jsonb, data::jsonb, send_at, expires_at, status, not_before,
        history::jsonb, traceparent, 0
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[],
-              $8::text[], $9::text[], $10::int[], $11::text[], $12::text[], $13::text[],
-              $14::timestamptz[], $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[],
-              $19::text[])
-       AS v(id, tenant_id, event_id, request_hash, user_id, channel, category, priority, template,
-            template_version, locale, content, data, send_at, expires_at, status, not_before, history,
-            traceparent)
-ON CONFLICT ON CONSTRAINT uq_notifications_event DO NOTHING
+  FROM v JOIN keys ON keys.notification_id = v.id
 RETURNING id
 """
 
@@ -95,10 +106,14 @@ async def accept_many(
     """
     decisions: list[AcceptDecision | None] = [None] * len(sends)
     todo = list(range(len(sends)))
+    locks = key_locks(
+        s.event_key for s in sends
+    )  # all of them in the first round: later rounds take none out of order
     async with conn.transaction():
         while todo:
             now, todo = _next_round(sends, todo)
-            await _accept_round(conn, renderer, sends, now, decisions)
+            await _accept_round(conn, renderer, sends, now, decisions, locks)
+            locks = []
     assert all(d is not None for d in decisions)
     return decisions  # type: ignore[return-value]
 
@@ -131,8 +146,9 @@ async def _accept_round(
     sends: Sequence[Submission],
     batch: list[int],
     decisions: list[AcceptDecision | None],
+    locks: list[int],
 ) -> None:
-    fresh = await _not_repeats(conn, sends, batch, decisions)
+    fresh = await not_repeats(conn, sends, batch, decisions, locks)
     recipients = await find_recipients(conn, sends, fresh, decisions)
     await check_push_devices(conn, sends, recipients, decisions)
     versions = await check_content(conn, renderer, sends, recipients, decisions)
@@ -145,42 +161,6 @@ async def _accept_round(
             recipients[i].id = ids[sends[i].user_key]
     await _insert_devices(conn, sends, passed, recipients)
     await _insert_notifications(conn, sends, passed, recipients, versions, decisions)
-
-
-async def _not_repeats(
-    conn: asyncpg.Connection,
-    sends: Sequence[Submission],
-    batch: list[int],
-    decisions: list[AcceptDecision | None],
-) -> list[int]:
-    """Decide the sends whose event id was used before; return the others."""
-    seen = await _existing(conn, [sends[i] for i in batch])
-    fresh = []
-    for i in batch:
-        row = seen.get(sends[i].event_key)
-        if row is None:
-            fresh.append(i)
-        else:
-            decisions[i] = _repeat(row, sends[i])
-    return fresh
-
-
-async def _existing(
-    conn: asyncpg.Connection, sends: list[Submission]
-) -> dict[tuple[str, str], asyncpg.Record]:
-    rows = await conn.fetch(EXISTING, [s.principal.tenant_id for s in sends], [s.req.event_id for s in sends])
-    return {(r["tenant_id"], r["event_id"]): r for r in rows}
-
-
-def _repeat(row: asyncpg.Record, send: Submission) -> AcceptDecision:
-    if row["request_hash"] != send.digest:
-        return ApiError(
-            409,
-            "event_id_conflict",
-            f"event_id '{send.req.event_id}' was already used for a different notification.",
-            {"id": str(row["id"])},
-        )
-    return AcceptResult(row["id"], row["status"], True, None)
 
 
 async def _upsert_users(
@@ -250,14 +230,20 @@ async def _insert_notifications(
                 json.dumps([transition(status.value, at=now)]), sends[i].traceparent,
             )
         )  # fmt: skip
-    inserted = set(await _fetch_column(conn, INSERT, [list(column) for column in zip(*rows, strict=True)]))
+    # Yesterday by the database's clock lies in [two days ago, today] by this process's: the
+    # re-check looks at those days (a key of today seen there is a repeat too), named as values so
+    # the planner leaves every other day out of the plan.
+    today = now.date()
+    recheck = [today - timedelta(days=2), today]
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    inserted = set(await _fetch_column(conn, INSERT, [*columns, *recheck]))
     raced = [sends[i] for i, row in zip(order, rows, strict=True) if row[0] not in inserted]
     # A concurrent request with the same event_id won the race: answer as a repeat of it.
-    seen = await _existing(conn, raced) if raced else {}
+    seen = await existing_keys(conn, raced, []) if raced else {}
     for i, row, status in zip(order, rows, statuses, strict=True):
         send, notification_id = sends[i], row[0]
         if notification_id not in inserted:
-            decisions[i] = _repeat(seen[send.event_key], send)
+            decisions[i] = repeat_of(seen[send.event_key], send)
             continue
         message = None
         if status is Status.accepted:  # a scheduled one is published by the relay when due
@@ -270,5 +256,5 @@ async def _insert_notifications(
         decisions[i] = AcceptResult(notification_id, status.value, False, message, version)
 
 
-async def _fetch_column(conn: asyncpg.Connection, query: str, args: list[list[Any]]) -> list[Any]:
+async def _fetch_column(conn: asyncpg.Connection, query: str, args: list[Any]) -> list[Any]:
     return [r[0] for r in await conn.fetch(query, *args)]

@@ -60,7 +60,9 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.accepts = AcceptQueue(pool=pool, renderer=app.state.renderer)
         app.state.key_cache = KeyCache()
         app.state.ingress = IngressLimits.build(settings=settings, pool=pool)
-        app.state.queues = QueueMonitor(engine=engine, bootstrap=settings.kafka_bootstrap or "")
+        app.state.queues = QueueMonitor(
+            engine=engine, bootstrap=settings.kafka_bootstrap or "", retention_days=settings.retention_days
+        )
         await outbox.start()
         if settings.render_box_at_start:
             await app.state.renderer.start_box()

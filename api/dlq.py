@@ -167,7 +167,7 @@ async def redrive(
     requeue = sa.text(
         f"""
         WITH picked AS (
-            SELECT n.id FROM notifications n
+            SELECT n.id, n.created_at FROM notifications n
              WHERE {where}
              ORDER BY n.id
              LIMIT :batch
@@ -188,7 +188,7 @@ async def redrive(
                error_message = NULL,
                updated_at = now()
           FROM picked
-         WHERE n.id = picked.id
+         WHERE n.id = picked.id AND n.created_at = picked.created_at
         RETURNING n.id, n.tenant_id, n.channel, n.user_id, n.priority
         """
     )

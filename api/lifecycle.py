@@ -7,6 +7,7 @@ from uuid import UUID
 import asyncpg
 
 from api.errors import ApiError
+from schema.ids import created_window
 
 CANCEL = """
 UPDATE notifications
@@ -15,7 +16,7 @@ UPDATE notifications
            'status', 'cancelled',
            'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
            'detail', 'cancelled by the API'))
- WHERE id = $1 AND tenant_id = $2
+ WHERE id = $1 AND tenant_id = $2 AND created_at BETWEEN $3 AND $4
    AND status IN ('accepted', 'queued', 'scheduled', 'delayed', 'retrying')
 RETURNING status
 """
@@ -28,11 +29,13 @@ async def cancel_notification(*, pool: asyncpg.Pool, tenant_id: str, notificatio
     an unknown id (or another tenant's) and 409 when it is being sent or already finished.
     """
     async with pool.acquire() as conn:
-        if await conn.fetchval(CANCEL, notification_id, tenant_id):
+        window = created_window([notification_id])
+        if await conn.fetchval(CANCEL, notification_id, tenant_id, *window):
             return "cancelled"
         status = await conn.fetchval(
-            "SELECT status FROM notifications WHERE id = $1 AND tenant_id = $2", notification_id, tenant_id
-        )
+            "SELECT status FROM notifications WHERE id = $1 AND tenant_id = $2 AND created_at BETWEEN $3 AND $4",
+            notification_id, tenant_id, *window,
+        )  # fmt: skip
     if status is None:
         raise ApiError(404, "not_found", f"No notification {notification_id}.")
     if status == "cancelled":

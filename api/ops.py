@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.ops_log import LogOut, read_log
 from clarion import metrics
 from clarion.lag import LagReader, LagUnavailable, PartitionLag, lane_topics
 from providers.registry import REAL_PROVIDERS
@@ -112,6 +113,7 @@ class QueuesOut(BaseModel):
     generated_at: datetime
     window_s: int
     kafka: KafkaStatus
+    log: LogOut
     channels: list[ChannelOut]
 
 
@@ -137,8 +139,11 @@ def _providers_of(channel: Channel) -> set[str]:
 class QueueMonitor:
     """Reads queue figures for the ops API and keeps the Prometheus queue gauges fresh."""
 
-    def __init__(self, *, engine: AsyncEngine, bootstrap: str, kafka_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, *, engine: AsyncEngine, bootstrap: str, retention_days: int = 30, kafka_timeout_s: float = 3.0
+    ) -> None:
         self.engine = engine
+        self.retention_days = retention_days
         self.lag = LagReader(bootstrap, timeout_s=kafka_timeout_s)
         self._gauges_at = 0.0
         self._gauges_lock = asyncio.Lock()
@@ -177,8 +182,11 @@ class QueueMonitor:
         partition, ``None`` when the broker cannot be read.
         """
         kafka = self._kafka() if tenant_id is None else _tenant_view()
-        (partitions, kafka_error), pending, dead = await asyncio.gather(
-            kafka, self._pending(tenant_id), self._dead(tenant_id)
+        (partitions, kafka_error), pending, dead, log = await asyncio.gather(
+            kafka,
+            self._pending(tenant_id),
+            self._dead(tenant_id),
+            read_log(engine=self.engine, retention_days=self.retention_days, operator=tenant_id is None),
         )
         counts_sql = _COUNTS_SQL if tenant_id is not None else _ALL_COUNTS_SQL
         async with self.engine.connect() as conn:
@@ -247,6 +255,7 @@ class QueueMonitor:
             generated_at=datetime.now(UTC),
             window_s=window_s,
             kafka=KafkaStatus(available=partitions is not None, error=kafka_error),
+            log=log,
             channels=channels,
         )
 

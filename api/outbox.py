@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.kafka import Publisher
 from schema.enums import Channel, Priority
+from schema.ids import created_window
 from schema.messages import NotificationMessage
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ MARK_PUBLISHED = """
                                'status', 'queued', 'at', to_char(now() AT TIME ZONE 'UTC',
                                'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'), 'detail', NULL))
                           ELSE history END
-     WHERE id = ANY($1::uuid[])
+     WHERE id = ANY($1::uuid[]) AND created_at BETWEEN $2 AND $3
 """
 
 
@@ -43,11 +44,12 @@ async def mark_published(db: AsyncEngine | asyncpg.Pool, ids: list[UUID]) -> Non
     transaction costs four (ping, begin, update, commit)."""
     if not ids:
         return
+    window = created_window(ids)
     if isinstance(db, asyncpg.Pool):
-        await db.execute(MARK_PUBLISHED, ids)
+        await db.execute(MARK_PUBLISHED, ids, *window)
         return
     async with db.begin() as conn:
-        await conn.exec_driver_sql(MARK_PUBLISHED, (ids,))
+        await conn.exec_driver_sql(MARK_PUBLISHED, (ids, *window))
 
 
 async def republish(*, engine: AsyncEngine, publisher: Publisher, rows: Sequence[Any]) -> int:

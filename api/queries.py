@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.engagement_models import EngagementOut
 from api.models import AttemptOut, ErrorInfo, NotificationOut, SandboxMessageOut, Transition
+from schema.ids import created_window
 from schema.models import DeliveryAttempt, Engagement, Notification, SandboxMessage, User
 
 _n = Notification.__table__  # type: ignore[attr-defined]
@@ -57,18 +58,24 @@ async def get_notification(
     engine: AsyncEngine, *, tenant_id: str, notification_id: UUID
 ) -> NotificationOut | None:
     """The notification with its transitions and provider calls, or None (also for another tenant's id)."""
+    since, until = created_window([notification_id])
     async with engine.connect() as conn:
         row = (
             await conn.execute(
                 sa.select(_n, _u.c.external_id)
                 .join(_u, _u.c.id == _n.c.user_id)
                 .where(_n.c.id == notification_id, _n.c.tenant_id == tenant_id)
+                .where(_n.c.created_at.between(since, until))
             )
         ).first()
         if row is None:
             return None
         attempts = (
-            await conn.execute(sa.select(_a).where(_a.c.notification_id == notification_id).order_by(_a.c.id))
+            await conn.execute(
+                sa.select(_a)
+                .where(_a.c.notification_id == notification_id, _a.c.started_at >= since)
+                .order_by(_a.c.id)
+            )
         ).all()
         engagement = (
             await conn.execute(
@@ -90,7 +97,9 @@ async def sandbox_messages(
 ) -> list[SandboxMessageOut]:
     query = sa.select(_s).where(_s.c.tenant_id == tenant_id).order_by(_s.c.id.desc()).limit(limit)
     if notification_id is not None:
-        query = query.where(_s.c.notification_id == notification_id)
+        query = query.where(
+            _s.c.notification_id == notification_id, _s.c.created_at >= created_window([notification_id])[0]
+        )
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).all()
     return [SandboxMessageOut.model_validate(r, from_attributes=True) for r in rows]

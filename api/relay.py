@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 PICK = sa.text(
     """
     WITH due AS (
-        SELECT id FROM notifications
+        SELECT id, created_at FROM notifications
          WHERE (status = 'accepted' AND coalesce(published_at, created_at) < now() - make_interval(secs => :grace_s))
             OR (status IN ('retrying', 'delayed', 'scheduled') AND not_before <= now()
                 AND (published_at IS NULL OR published_at < not_before
@@ -45,7 +45,7 @@ PICK = sa.text(
          FOR UPDATE SKIP LOCKED
     )
     UPDATE notifications n SET published_at = now()
-      FROM due WHERE n.id = due.id
+      FROM due WHERE n.id = due.id AND n.created_at = due.created_at
     RETURNING n.id, n.tenant_id, n.channel, n.user_id, n.priority, n.traceparent
     """
 )

@@ -26,6 +26,7 @@ from api.errors import ApiError
 from api.webhooks import OptOut, WebhookResult, count_event, now_iso, opt_out_all
 from core.engagement import EngagementEvent, record_engagement
 from schema.enums import EngagementType
+from schema.ids import created_window
 
 SENDGRID_RECORDED = frozenset(
     {"delivered", "bounce", "dropped", "deferred", "spamreport", "unsubscribe", "group_unsubscribe"}
@@ -53,7 +54,7 @@ SELECT n.id, n.tenant_id, n.created_at, n.user_id, n.category, n.history, u.emai
   FROM notifications n
   JOIN users u ON u.id = n.user_id
   LEFT JOIN categories c ON c.tenant_id = n.tenant_id AND c.name = n.category
- WHERE n.id = ANY($1::uuid[]) AND n.channel = 'email'
+ WHERE n.id = ANY($1::uuid[]) AND n.channel = 'email' AND n.created_at BETWEEN $2 AND $3
  ORDER BY n.id
  FOR UPDATE OF n
 """
@@ -62,7 +63,7 @@ _APPEND_EMAILS = """
 UPDATE notifications n
    SET history = n.history || v.added::jsonb, updated_at = now()
   FROM unnest($1::uuid[], $2::text[]) AS v(id, added)
- WHERE n.id = v.id
+ WHERE n.id = v.id AND n.created_at BETWEEN $3 AND $4
 """
 
 
@@ -279,11 +280,11 @@ async def record_sendgrid_events(
         return result
     now = datetime.now(UTC)
     async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(_FIND_EMAILS, list(wanted))
+        rows = await conn.fetch(_FIND_EMAILS, list(wanted), *created_window(wanted))
         for row in rows:
             batch.fold(row, wanted.pop(row["id"]), now)
         if batch.ids:
-            await conn.execute(_APPEND_EMAILS, batch.ids, batch.added)
+            await conn.execute(_APPEND_EMAILS, batch.ids, batch.added, *created_window(batch.ids))
         await opt_out_all(conn, list(batch.opt_outs.values()))
         recorded = await record_engagement(conn=conn, events=batch.engaged)
     count_recorded(recorded, "email")

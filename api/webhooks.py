@@ -104,7 +104,7 @@ UPDATE notifications
        error_code = coalesce($3, error_code),
        error_message = coalesce($4, error_message),
        updated_at = now()
- WHERE id = $1
+ WHERE id = $1 AND created_at = $5
 """
 
 
@@ -184,6 +184,7 @@ async def record_twilio_status(
             transition,  # the pool's jsonb codec encodes it
             code if dead else None,
             f"Twilio: {TWILIO_DEAD_CODES[code or '']} ({status})" if dead else None,
+            row["created_at"],
         )
         opt_out = (
             status != "delivered"

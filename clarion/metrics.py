@@ -133,6 +133,21 @@ DLQ_SIZE = Gauge(
     ["channel"],
     multiprocess_mode="mostrecent",
 )
+LOG_PARTITIONS_AHEAD = Gauge(
+    "clarion_log_partitions_ahead",
+    "Whole days after today that already have a partition, per log table (0: tomorrow's sends would "
+    "land in the default partition). Set by the maintenance loop in the relay.",
+    ["table"],
+)
+LOG_DEFAULT_ROWS = Gauge(
+    "clarion_log_default_rows",
+    "Rows in a log table's default partition (a day was missing when they arrived; should be 0).",
+    ["table"],
+)
+LOG_MAINTENANCE_RUN = Gauge(
+    "clarion_log_maintenance_last_success_timestamp_seconds",
+    "Unix time of the maintenance loop's last successful run in this process.",
+)
 LAG_READ_ERRORS = Counter(
     "clarion_lag_read_errors_total", "Failed reads of Kafka offsets for the queue gauges."
 )

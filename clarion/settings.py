@@ -114,6 +114,26 @@ class Settings(BaseSettings):
         gt=0,
         description="Age after which a queued notification is republished (covers a broker that lost its data).",
     )
+    retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="Days of the notification log (notifications, attempts, sandbox messages, event ids) "
+        "kept: older days are dropped whole, except a day still holding a send not yet final. An "
+        "event id is recognised as a repeat for at least this many days.",
+    )
+    partition_days_ahead: int = Field(
+        default=7,
+        ge=2,
+        le=90,
+        description="Days of log partitions created ahead of today by the maintenance loop "
+        "(in the relay, and `clarion maintain`).",
+    )
+    maintenance_interval_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How often the relay runs the log's maintenance (partitions ahead, retention).",
+    )
     worker_batch_size: int = Field(default=500, ge=1, description="Kafka records a worker takes per batch.")
     worker_concurrency: int = Field(default=64, ge=1, description="Provider calls a worker runs at once.")
     worker_bulk_chunk: int = Field(

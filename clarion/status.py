@@ -89,6 +89,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append("Kafka: lag is the operator's view (this tenant's notifications only)")
     else:
         lines.append(f"Kafka: UNREACHABLE ({kafka.get('error')})")
+    if (log := report.get("log")) is not None:
+        lines.append(_log_line(log))
     lane_rows: list[list[object]] = []
     for channel in report["channels"]:
         for lane in channel["lanes"]:
@@ -118,6 +120,17 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", f"STATUS (created in the last {window_min} min)"]
     lines += _table(["CHANNEL", *(s.upper() for s in statuses), "DLQ", "BREAKERS"], status_rows)
     return "\n".join(lines) + "\n"
+
+
+def _log_line(log: dict[str, Any]) -> str:
+    size = f"{log['total_bytes'] / 2**20:,.1f} MiB, " if log.get("total_bytes") is not None else ""
+    line = (
+        f"Log: {size}{log['days_kept']} day(s) kept since {log['oldest_day'] or '-'} "
+        f"(retention {log['retention_days']} days), partitions {log['partitions_ahead']} day(s) ahead"
+    )
+    if log.get("default_rows"):
+        line += f", {log['default_rows']} row(s) in a DEFAULT partition (a day was missing)"
+    return line
 
 
 def _breakers(states: dict[str, str]) -> str:

@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("webhooks", help="send tenants' outbound webhooks (needs only the database)")
     p_db = sub.add_parser("db", help="database schema")
     p_db.add_argument("action", choices=["upgrade"])
+    sub.add_parser(
+        "maintain",
+        help="the notification log's upkeep once, for cron: partitions ahead, expired days dropped "
+        "(the relay also runs it hourly)",
+    )
     p_topics = sub.add_parser("topics", help="Kafka topics")
     p_topics.add_argument("action", choices=["create"])
     p_keys = sub.add_parser("keys", help="API keys")
@@ -120,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "db":
         _run(lambda: runner.prepare_database(settings))
         print("database is at the newest schema")
+    elif args.command == "maintain":
+        _run(lambda: _maintain(settings))
     elif args.command == "topics":
         _need_bootstrap(settings)
         from clarion.kafka import create_topics
@@ -175,6 +182,18 @@ def traced(service: str) -> Iterator[None]:
         yield
     finally:
         tracing.shutdown()
+
+
+async def _maintain(settings: Settings) -> None:
+    from commands import runner
+
+    report = await runner.maintain_once(settings)
+    print(
+        f"created {len(report.created)} partition(s), dropped {len(report.dropped)}; days ahead: "
+        + ", ".join(f"{t} {n}" for t, n in report.days_ahead.items())
+    )
+    if any(report.default_rows.values()):
+        print("rows in default partitions: " + ", ".join(f"{t} {n}" for t, n in report.default_rows.items()))
 
 
 def _check_dev_key(settings: Settings) -> None:

@@ -20,7 +20,8 @@ from api.relay import Relay
 from clarion import metrics
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
-from clarion.pg import create_pool
+from clarion.log_maintenance import Maintainer, MaintenanceReport
+from clarion.pg import asyncpg_dsn, create_pool
 from clarion.settings import Settings
 from clarion.tenants import create_api_key, ensure_tenant
 from commands.api_workers import reuse_port_socket
@@ -159,13 +160,32 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
     metrics.serve_metrics(settings.metrics_port)
     engine = create_engine(settings.database_url, pool_size=2)
     publisher = Publisher(settings.kafka_bootstrap or "")
+    upkeep = asyncio.create_task(log_maintainer(settings).run(), name="clarion-log-maintenance")
     try:
         async with Relay.from_settings(engine, publisher, settings).running():
             gc.freeze()  # what start-up built lives as long as the process (see serve_api)
             await stop()
     finally:
+        upkeep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await upkeep
         await publisher.close()
         await engine.dispose()
+
+
+def log_maintainer(settings: Settings) -> Maintainer:
+    """The log's upkeep (``clarion.log_maintenance``): hourly in the relay, once in ``clarion maintain``."""
+    return Maintainer(
+        asyncpg_dsn(settings.database_url),
+        retention_days=settings.retention_days,
+        partitions_ahead=settings.partition_days_ahead,
+        interval_s=settings.maintenance_interval_s,
+    )
+
+
+async def maintain_once(settings: Settings) -> MaintenanceReport:
+    """``clarion maintain``: one run of the log's upkeep (for cron, beside or instead of the relay's)."""
+    return await log_maintainer(settings).run_once()
 
 
 def delivery_settings(settings: Settings) -> DeliverySettings:

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 
 # Random bytes drawn 4 KiB at a time: one getrandom() system call per id was 8% of a worker's
 # samples in py-spy under `bench.e2e` (2026-11-25; a system call costs ~20 us on this VM). The lock
@@ -38,7 +39,15 @@ def _random10() -> bytes:
 
 def uuid7() -> uuid.UUID:
     """A UUIDv7: 48-bit millisecond timestamp, then 74 random bits."""
-    ms = time.time_ns() // 1_000_000
+    return _uuid7(time.time_ns() // 1_000_000)
+
+
+def uuid7_at(when: datetime.datetime) -> uuid.UUID:
+    """A UUIDv7 carrying ``when`` (rows made for an earlier day: migrations, tests, benchmarks)."""
+    return _uuid7(int(when.timestamp() * 1000))
+
+
+def _uuid7(ms: int) -> uuid.UUID:
     rand = int.from_bytes(_random10(), "big")
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
@@ -59,3 +68,28 @@ def uuid7_time(value: uuid.UUID) -> datetime.datetime:
         raise ValueError(f"not a UUIDv7: {value}")
     ms = value.int >> 80
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+# The log's ``created_at`` comes from the database's clock at the transaction's start, the id's
+# time from the API's clock just before: a day either side covers any skew between them.
+_SLACK = datetime.timedelta(days=1)
+_EARLIEST = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_LATEST = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
+_LATEST_MS = int(_LATEST.timestamp() * 1000)
+
+
+def created_window(ids: Iterable[uuid.UUID]) -> tuple[datetime.datetime, datetime.datetime]:
+    """``(from, to)``: a ``created_at`` range that holds the rows of ``ids``, for a lookup by id to
+    add (``created_at BETWEEN from AND to``) so the planner searches only those days' partitions.
+
+    An id that is not a UUIDv7, or one whose time is past year 9999 (never one of Clarion's, but a
+    caller may send any UUID), widens the window to every day, so the lookup stays correct (and
+    finds nothing)."""
+    times = []
+    for value in ids:
+        if value.version != 7 or value.int >> 80 >= _LATEST_MS:
+            return _EARLIEST, _LATEST  # a time past year 9999 is no datetime: a forged id
+        times.append(uuid7_time(value))
+    if not times:
+        return _EARLIEST, _EARLIEST
+    return min(times) - _SLACK, max(times) + _SLACK

@@ -2,12 +2,17 @@
 
 The log (``notifications``) is the truth; Kafka only carries work. Migrations live in
 ``schema/migrations`` and are the only way the schema changes.
+
+The tables that grow with every send (``notifications``, ``delivery_attempts``,
+``sandbox_messages``, ``notification_keys``) are range partitioned by one UTC day each (the
+partition key is part of every primary key; ``clarion.log_maintenance`` creates the days ahead and
+drops the expired ones, see docs/partitioning.md).
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -121,7 +126,6 @@ class Template(SQLModel, table=True):
 class Notification(SQLModel, table=True):
     __tablename__ = "notifications"
     __table_args__ = (
-        sa.UniqueConstraint("tenant_id", "event_id", name="uq_notifications_event"),
         sa.Index("ix_notifications_tenant_created", "tenant_id", "created_at"),
         sa.Index("ix_notifications_user_created", "user_id", "created_at"),
         sa.Index(
@@ -151,10 +155,11 @@ class Notification(SQLModel, table=True):
             "content_hash",
             postgresql_where=sa.text("content_hash IS NOT NULL"),
         ),
+        {"postgresql_partition_by": "RANGE (created_at)"},
     )
     id: uuid.UUID = Field(default_factory=uuid7, primary_key=True)
     tenant_id: str = Field(foreign_key="tenants.id")
-    event_id: str = Field(max_length=255)
+    event_id: str = Field(max_length=255, description="unique per tenant through notification_keys")
     request_hash: str = Field(max_length=64, description="sha256 of the canonical request, for 409 on reuse")
     user_id: uuid.UUID = Field(foreign_key="users.id")
     channel: str = Field(max_length=8)
@@ -185,18 +190,36 @@ class Notification(SQLModel, table=True):
         default_factory=list, sa_column=sa.Column(JSONB, nullable=False, server_default="[]")
     )
     published_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
-    created_at: datetime | None = Field(default=None, sa_column=_now_col())
+    created_at: datetime | None = Field(default=None, sa_column=_now_col(primary_key=True))
     updated_at: datetime | None = Field(default=None, sa_column=_now_col())
+
+
+class NotificationKey(SQLModel, table=True):
+    """An event id's first use: what makes ``event_id`` unique per tenant across the log's days.
+
+    PostgreSQL cannot enforce ``UNIQUE (tenant_id, event_id)`` on a table partitioned by time;
+    the accept path looks a key up over every kept day, under a transaction-scoped advisory lock
+    per key (``api.accept``). A day's keys expire with its partition (``CLARION_RETENTION_DAYS``).
+    """
+
+    __tablename__ = "notification_keys"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (day)"},)
+    tenant_id: str = Field(primary_key=True)
+    event_id: str = Field(primary_key=True, max_length=255)
+    day: date = Field(primary_key=True, description="UTC day of the first use (the partition key)")
+    notification_id: uuid.UUID
+    request_hash: str = Field(max_length=64)
 
 
 class DeliveryAttempt(SQLModel, table=True):
     __tablename__ = "delivery_attempts"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (started_at)"},)
     id: int | None = Field(default=None, primary_key=True)
-    notification_id: uuid.UUID = Field(foreign_key="notifications.id", index=True)
+    notification_id: uuid.UUID = Field(index=True)
     attempt: int
     provider: str = Field(max_length=32)
     recipient: str | None = Field(default=None, description="device token / address hash this call went to")
-    started_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
+    started_at: datetime = Field(sa_column=sa.Column(TS, nullable=False, primary_key=True))
     finished_at: datetime = Field(sa_column=sa.Column(TS, nullable=False))
     outcome: str = Field(max_length=32, description="sent | transient | permanent | invalid_recipient")
     error_code: str | None = Field(default=None, max_length=64)
@@ -215,13 +238,18 @@ class Engagement(SQLModel, table=True):
     """
 
     __tablename__ = "engagement"
-    __table_args__ = ({"postgresql_partition_by": "RANGE (notification_created_at)"},)
-    # Key order: notification first (the read of one notification, and the cascade from it).
-    notification_id: uuid.UUID = Field(
-        sa_column=sa.Column(
-            sa.Uuid, sa.ForeignKey("notifications.id", ondelete="CASCADE"), primary_key=True, nullable=False
-        )
+    __table_args__ = (
+        # Composite: a key referenced on the partitioned log must include its partition key.
+        sa.ForeignKeyConstraint(
+            ["notification_id", "notification_created_at"],
+            ["notifications.id", "notifications.created_at"],
+            name="engagement_notification_fkey",
+            ondelete="CASCADE",
+        ),
+        {"postgresql_partition_by": "RANGE (notification_created_at)"},
     )
+    # Key order: notification first (the read of one notification, and the cascade from it).
+    notification_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True, nullable=False))
     type: str = Field(primary_key=True, max_length=12, description="schema.enums.EngagementType")
     link: str = Field(
         default="",
@@ -263,6 +291,7 @@ class RateLimitRule(SQLModel, table=True):
 
 class SandboxMessage(SQLModel, table=True):
     __tablename__ = "sandbox_messages"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (created_at)"},)
     id: int | None = Field(default=None, primary_key=True)
     notification_id: uuid.UUID = Field(index=True)
     tenant_id: str = Field(index=True)
@@ -273,7 +302,7 @@ class SandboxMessage(SQLModel, table=True):
     html: str | None = None
     data: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column(JSONB, nullable=False))
     provider_message_id: str
-    created_at: datetime | None = Field(default=None, sa_column=_now_col())
+    created_at: datetime | None = Field(default=None, sa_column=_now_col(primary_key=True))
 
 
 class AnalyticsHourly(SQLModel, table=True):

@@ -9,15 +9,15 @@ for want of a partition (``default_rows`` reports whether anything landed there)
 Errors: identifiers are never tenant input; ``ValueError`` for a name that is not a plain SQL
 identifier, asyncpg errors pass through unchanged.
 
-Not yet wired in: the notification log is still one unpartitioned table; ``engagement`` is
-partitioned (by its notification's ``created_at``) but nothing runs the loop on it yet, so its rows
-sit in ``engagement_default`` (see docs/partitioning.md).
+Wired in by ``clarion.log_maintenance`` for every table of the log (docs/partitioning.md).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 
@@ -38,6 +38,15 @@ def include_name(name: str | None, type_: str, _parent: object = None) -> bool:
     """Alembic's ``include_name``: a day or default partition is operational state, not schema
     (the models describe the parent), so migrations and their tests leave it out."""
     return not (type_ == "table" and name is not None and _CHILD.match(name))
+
+
+def include_object(obj: Any, _name: str | None, type_: str, reflected: bool, _compare_to: object) -> bool:
+    """Alembic's ``include_object``: PostgreSQL adds, for a foreign key to a partitioned table, one
+    per partition of it (``engagement`` -> ``notifications_p20261125``...); the models name the
+    parent's only."""
+    if type_ == "foreign_key_constraint" and reflected:
+        return not _CHILD.match(str(obj.referred_table.name))
+    return True
 
 
 def partition_name(parent: str, day: dt.date) -> str:
@@ -140,6 +149,22 @@ async def default_rows(conn: asyncpg.Connection, *, parent: str) -> int:
     return int(value)
 
 
+async def drop_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> list[str]:
+    """Drop ``day`` of ``parent`` whole (and that day's rows in its default partition, normally
+    none); returns the partition dropped, if there was one. For a table whose days go with
+    another's (``drop_expired``'s ``before_drop``)."""
+    key = await _partition_key(conn, parent=parent)
+    await conn.execute(
+        f"DELETE FROM {_ident(parent)}_default WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}'"
+    )
+    if day not in await existing_days(conn, parent=parent):
+        return []
+    name = partition_name(parent, day)
+    await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
+    await conn.execute(f"DROP TABLE {name}")
+    return [name]
+
+
 async def drop_expired(
     conn: asyncpg.Connection,
     *,
@@ -147,6 +172,7 @@ async def drop_expired(
     today: dt.date,
     retention_days: int,
     live_filter: str | None = None,
+    before_drop: Callable[[dt.date], Awaitable[None]] | None = None,
 ) -> list[str]:
     """Drop each day partition wholly older than ``today - retention_days``; return the names.
 
@@ -168,6 +194,8 @@ async def drop_expired(
         ):
             continue
         async with conn.transaction():
+            if before_drop is not None:  # in the same transaction: a table that goes with this day
+                await before_drop(day)
             await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
             await conn.execute(f"DROP TABLE {name}")
         dropped.append(name)

@@ -74,6 +74,7 @@ from clarion.settings import Settings
 from core.render import Renderer
 from providers.registry import ProviderSet, build_providers
 from schema.enums import Channel, Status
+from schema.ids import created_window
 from schema.messages import NotificationMessage, topic
 from workers.breaker import Breakers
 from workers.content import Content
@@ -232,7 +233,7 @@ class Worker:
         if not ids or self.pipeline is None:
             return {}
         try:
-            rows = await self.pipeline.pool.fetch(WAITING, ids)
+            rows = await self.pipeline.pool.fetch(WAITING, ids, *created_window(ids))
         except Exception as exc:  # deliver them all: the claim takes only due ones, the relay the rest
             log.warning("retry lane could not read not_before (%s: %s)", type(exc).__name__, exc)
             return {}
@@ -289,7 +290,8 @@ class Worker:
 WAITING = """
 SELECT id, extract(epoch FROM not_before - now())::float8 AS wait_s
   FROM notifications
- WHERE id = ANY($1::uuid[]) AND status IN ('retrying', 'delayed') AND not_before > now()
+ WHERE id = ANY($1::uuid[]) AND created_at BETWEEN $2 AND $3
+   AND status IN ('retrying', 'delayed') AND not_before > now()
 """
 
 

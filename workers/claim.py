@@ -18,6 +18,7 @@ from uuid import UUID
 import asyncpg
 
 from schema.enums import Channel, Priority
+from schema.ids import created_window
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ UPDATE notifications n
            'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
            'detail', NULL))
   FROM users u
- WHERE n.id = ANY($1::uuid[])
+ WHERE n.id = ANY($1::uuid[]) AND n.created_at BETWEEN $3 AND $4
    AND u.id = n.user_id
    AND ((n.status IN ('accepted', 'queued', 'retrying', 'delayed', 'scheduled')
          AND (n.not_before IS NULL OR n.not_before <= now()))
@@ -144,7 +145,8 @@ async def claim(
         return [], []
     claimed: list[ClaimedNotification] = []
     unreadable: list[Unreadable] = []
-    for record in await pool.fetch(CLAIM, list(dict.fromkeys(ids)), lease_s):
+    unique = list(dict.fromkeys(ids))
+    for record in await pool.fetch(CLAIM, unique, lease_s, *created_window(unique)):
         try:
             claimed.append(ClaimedNotification.of(record))
         except Exception as exc:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 from redis.asyncio import Redis
@@ -38,6 +39,7 @@ from clarion.rules import RulesCache
 from core.ratelimit_cluster import cluster_url
 from core.render import RenderedContent, Renderer
 from schema.enums import Status
+from schema.ids import created_window
 from workers.claim import ClaimedNotification
 from workers.outcome import Outcome
 from workers.recipients import Address
@@ -121,7 +123,12 @@ class ContentDedupeGate:
             return None
 
     async def _owner_gave_up(self, holder: str) -> bool:
-        status = await self.pool.fetchval("SELECT status FROM notifications WHERE id = $1::uuid", holder)
+        window = created_window([UUID(holder)])
+        status = await self.pool.fetchval(
+            "SELECT status FROM notifications WHERE id = $1::uuid AND created_at BETWEEN $2 AND $3",
+            holder,
+            *window,
+        )
         return status in _FINISHED_UNSENT  # a row gone missing keeps its key until the window ends
 
     async def _claim_pg(self, key: str, row: ClaimedNotification, digest: str, window_s: int) -> str | None:
@@ -130,7 +137,10 @@ class ContentDedupeGate:
             first = await conn.fetchval(_PG_FIRST, row.user_id, row.channel, digest, row.id, window_s)
             if first is not None:
                 return str(first)
-            await conn.execute("UPDATE notifications SET content_hash = $2 WHERE id = $1", row.id, digest)
+            await conn.execute(
+                "UPDATE notifications SET content_hash = $2 WHERE id = $1 AND created_at BETWEEN $3 AND $4",
+                row.id, digest, *created_window([row.id]),
+            )  # fmt: skip
         return None
 
 

@@ -9,6 +9,7 @@ from uuid import UUID
 import asyncpg
 
 from schema.enums import Channel
+from schema.ids import created_window
 from workers.claim import ClaimedNotification
 
 
@@ -35,8 +36,9 @@ async def addresses_for(*, pool: asyncpg.Pool, rows: list[ClaimedNotification]) 
         if retried:
             for a in await pool.fetch(
                 "SELECT notification_id, recipient FROM delivery_attempts"
-                " WHERE notification_id = ANY($1::uuid[]) AND outcome = 'sent'",
+                " WHERE notification_id = ANY($1::uuid[]) AND outcome = 'sent' AND started_at >= $2",
                 retried,
+                created_window(retried)[0],
             ):
                 done[a["notification_id"]].add(a["recipient"])
     for r in rows:

@@ -20,6 +20,7 @@ from clarion import metrics
 from core.analytics import STATUS_COUNTS, RollupKey, add_counts, hour_of
 from core.webhook_events import WebhookEventIn, enqueue_events, outcome_event_type
 from schema.enums import Channel, Status
+from schema.ids import created_window
 from workers.outcome import Outcome
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ UPDATE notifications n
               $8::timestamptz[], $9::text[], $10::text[])
        AS v(id, status, calls, provider, provider_message_id, error_code, error_message, not_before, detail,
             content_hash)
- WHERE n.id = v.id AND n.status = 'sending'
+ WHERE n.id = v.id AND n.status = 'sending' AND n.created_at BETWEEN $11 AND $12
 RETURNING n.id, n.tenant_id, n.event_id, n.channel, n.status, n.provider, n.error_code, n.created_at,
           n.template, n.template_version, n.category
 """
@@ -119,7 +120,7 @@ async def record_outcomes(*, pool: asyncpg.Pool, outcomes: list[Outcome]) -> Non
         for a in o.attempts
     ]
     async with pool.acquire() as conn, conn.transaction():
-        recorded = await conn.fetch(RECORD, *columns)
+        recorded = await conn.fetch(RECORD, *columns, *created_window(o.notification_id for o in outcomes))
         await _count(conn, recorded)
         if attempts:
             await conn.copy_records_to_table("delivery_attempts", records=attempts, columns=ATTEMPT_COLUMNS)

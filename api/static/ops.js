@@ -169,6 +169,14 @@
     const k = queues.body.kafka;
     $("kafka").textContent = k.available ? "Kafka: reachable" : `Kafka: unreachable (${k.error || "?"})`;
     $("kafka").className = k.available ? "muted" : "error";
+    const log = queues.body.log;
+    if (log) {
+      const size = log.total_bytes === null ? "" : `${(log.total_bytes / 1048576).toFixed(1)} MiB, `;
+      $("log").textContent = `Log: ${size}${log.days_kept} day(s) since ${log.oldest_day || "–"} ` +
+        `(retention ${log.retention_days} d), partitions ${log.partitions_ahead} d ahead` +
+        (log.default_rows ? `, ${log.default_rows} row(s) in a default partition` : "");
+      $("log").className = log.partitions_ahead < 2 || log.default_rows ? "error" : "muted";
+    }
     if (recent.status === 200) renderList("recent", recent.body.items, false);
     if (failures.status === 200) renderList("failures", failures.body.items, true);
     $("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;

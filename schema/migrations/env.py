@@ -18,6 +18,7 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         target_metadata=target_metadata,
         compare_type=True,
         include_name=partitions.include_name,
+        include_object=partitions.include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

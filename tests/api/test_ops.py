@@ -78,6 +78,21 @@ async def test_queues_show_every_channel_and_lane_with_partitions_and_a_sent_not
     assert channel_of(report, "sms")["counts"] == {}
 
 
+async def test_queues_show_the_logs_reach_and_only_the_operator_its_size(client: httpx.AsyncClient) -> None:
+    today = datetime.now(UTC).date()
+    log = (await queues(client))["log"]
+    # The session's database is young: a day or two (another test adds yesterday's partitions).
+    assert log["retention_days"] == 30 and log["oldest_day"] in {
+        today.isoformat(),
+        (today - timedelta(days=1)).isoformat(),
+    }
+    assert log["days_kept"] in {1, 2} and log["partitions_ahead"] >= 2 and log["default_rows"] == 0
+    assert log["total_bytes"] is None  # every tenant's data: the operator's figure
+    operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    cluster = (await client.get("/v1/ops/cluster/queues", headers=operator)).json()
+    assert cluster["log"]["total_bytes"] > 0
+
+
 async def test_a_scheduled_notification_waits_in_the_queue_without_counting_as_late(
     client: httpx.AsyncClient,
 ) -> None:
@@ -213,6 +228,11 @@ async def test_clarion_status_prints_the_same_numbers_as_a_table(
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "this tenant's notifications only" in lines[0]
+    assert (
+        lines[1].startswith("Log: ")
+        and "day(s) kept since 20" in lines[1]
+        and "retention 30 days" in lines[1]
+    )
     email_main = next(line.split() for line in lines if line.split()[:2] == ["email", "main"])
     assert email_main[2] == "2"  # waiting
     header = next(line.split() for line in lines if line.startswith("CHANNEL") and "SCHEDULED" in line)

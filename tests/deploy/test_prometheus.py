@@ -51,7 +51,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_alert_rules_pass_promtool_check() -> None:
     result = promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 17 rules found" in result.stdout
+    assert "SUCCESS: 20 rules found" in result.stdout
 
 
 def test_alert_rules_unit_tests_pass() -> None:

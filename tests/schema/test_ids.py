@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from schema.ids import uuid7, uuid7_time
+from schema.ids import created_window, uuid7, uuid7_at, uuid7_time
 
 
 def test_a_uuid7_carries_its_creation_time() -> None:
@@ -26,3 +26,14 @@ def test_a_known_uuid7_decodes_to_its_time() -> None:
 def test_other_uuid_versions_are_refused() -> None:
     with pytest.raises(ValueError):
         uuid7_time(uuid.uuid4())
+
+
+def test_a_window_holds_each_ids_day_and_a_foreign_or_forged_id_widens_it_to_every_day() -> None:
+    ids = [uuid7_at(dt.datetime(2026, 11, 24, 23, 59, 59, tzinfo=dt.UTC)), uuid7()]
+    since, until = created_window(ids)
+    assert since == dt.datetime(2026, 11, 23, 23, 59, 59, tzinfo=dt.UTC)
+    assert until >= dt.datetime.now(dt.UTC) + dt.timedelta(hours=23)
+    forged = uuid.UUID("ffffffff-ffff-7fff-bfff-ffffffffffff")  # a "time" in the year 10889
+    for hostile in (uuid.uuid4(), forged):
+        since, until = created_window([*ids, hostile])
+        assert since.year == 1970 and until.year == 9999

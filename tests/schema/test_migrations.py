@@ -20,7 +20,13 @@ async def _diff(url: str) -> list[object]:
         async with engine.connect() as conn:
             return await conn.run_sync(
                 lambda sync: compare_metadata(
-                    MigrationContext.configure(sync, opts={"include_name": partitions.include_name}),
+                    MigrationContext.configure(
+                        sync,
+                        opts={
+                            "include_name": partitions.include_name,
+                            "include_object": partitions.include_object,
+                        },
+                    ),
                     SQLModel.metadata,
                 )
             )

@@ -1,0 +1,209 @@
+"""The notification log's upkeep: days created ahead, expired days dropped whole, its figures.
+
+A missing partition at midnight would send the next day's rows to the default partition (where
+they stay safe, but every later day's creation has to move them); a missing drop lets the log grow
+without bound. :func:`maintain` does both for every table that grows per send, and is idempotent:
+it runs every ``CLARION_MAINTENANCE_INTERVAL_S`` (an hour) in the relay, and as ``clarion
+maintain`` for cron; several relays, or a cron job beside them, are harmless. The day is passed
+in (``today``), so the tests run the clock past a midnight.
+
+Retention (``CLARION_RETENTION_DAYS``) drops a day once it is wholly older than ``today -
+retention_days``, except a day still holding a notification not in a final status (a send
+scheduled a month out), whose partition is kept whole until a later run finds it final; a day of
+event ids is kept as long as a notification it names is not final. The keys go first, so a key
+never outlives its notification.
+
+Errors: asyncpg errors pass through; :class:`Maintainer` logs a failed run and tries again at the
+next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import asyncpg
+
+from clarion import metrics
+from schema.enums import TERMINAL_STATUSES, Status
+from schema.partitions import (
+    days_ahead,
+    default_rows,
+    drop_day,
+    drop_expired,
+    ensure_ahead,
+    existing_days,
+)
+
+log = logging.getLogger(__name__)
+
+_LIVE_STATUSES = ", ".join(f"'{s.value}'" for s in Status if s not in TERMINAL_STATUSES)
+LIVE_NOTIFICATION = f"status IN ({_LIVE_STATUSES})"
+
+
+@dataclass(frozen=True, slots=True)
+class LogTable:
+    """A table of the log and the rows that keep a day of it past its retention; a table that
+    ``goes_with_log`` loses a day exactly when ``notifications`` does (its foreign key)."""
+
+    name: str
+    live_filter: str | None
+    goes_with_log: bool = False
+
+
+# In drop order: a day's keys before its notifications.
+LOG_TABLES = (
+    LogTable(
+        "notification_keys",
+        f"notification_id IN (SELECT id FROM notifications WHERE {LIVE_NOTIFICATION})",
+    ),
+    LogTable("engagement", None, goes_with_log=True),
+    LogTable("notifications", LIVE_NOTIFICATION),
+    LogTable("delivery_attempts", None),
+    LogTable("sandbox_messages", None),
+    LogTable("analytics_hourly", None),  # hourly rollups, by the hour a notification was accepted
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport:
+    """What one run did, and the gauges' figures after it (per table)."""
+
+    created: list[str]
+    dropped: list[str]
+    days_ahead: dict[str, int]
+    default_rows: dict[str, int]
+
+
+def utc_today(now: dt.datetime | None = None) -> dt.date:
+    """The UTC day of ``now`` (the partitions are UTC days)."""
+    return (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
+
+
+async def maintain(
+    *, conn: asyncpg.Connection, today: dt.date, retention_days: int, partitions_ahead: int
+) -> MaintenanceReport:
+    """Create today .. today + ``partitions_ahead`` for every log table, drop the expired days,
+    and set the ``clarion_log_*`` gauges. Idempotent."""
+    created: list[str] = []
+    dropped: list[str] = []
+    ahead: dict[str, int] = {}
+    stray: dict[str, int] = {}
+    for table in LOG_TABLES:
+        if table.name == "notifications":
+            created += await _ensure_log_ahead(conn, today=today, days_ahead=partitions_ahead)
+        else:
+            created += await ensure_ahead(conn, parent=table.name, today=today, days_ahead=partitions_ahead)
+    followers = [t.name for t in LOG_TABLES if t.goes_with_log]
+
+    async def drop_followers(day: dt.date) -> None:
+        for name in followers:
+            dropped.extend(await drop_day(conn, parent=name, day=day))
+
+    for table in LOG_TABLES:
+        if table.goes_with_log:
+            continue
+        dropped += await drop_expired(
+            conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter,
+            before_drop=drop_followers if table.name == "notifications" else None,
+        )  # fmt: skip
+    for table in LOG_TABLES:
+        ahead[table.name] = await days_ahead(conn, parent=table.name, today=today)
+        stray[table.name] = await default_rows(conn, parent=table.name)
+        metrics.LOG_PARTITIONS_AHEAD.labels(table.name).set(ahead[table.name])
+        metrics.LOG_DEFAULT_ROWS.labels(table.name).set(stray[table.name])
+    metrics.LOG_MAINTENANCE_RUN.set(time.time())
+    if created or dropped:
+        log.info("log maintenance: created %s, dropped %s", created or "none", dropped or "none")
+    return MaintenanceReport(created, dropped, ahead, stray)
+
+
+# Engagement of notifications that landed in the default partition: moving those out (a late day's
+# creation deletes them from the default and inserts them into their day) would cascade-delete it.
+_STASH = """
+CREATE TEMP TABLE engagement_stash ON COMMIT DROP AS
+SELECT e.* FROM engagement e
+  JOIN notifications_default n ON n.id = e.notification_id AND n.created_at = e.notification_created_at
+"""
+
+
+async def _ensure_log_ahead(conn: asyncpg.Connection, *, today: dt.date, days_ahead: int) -> list[str]:
+    """``ensure_ahead`` for ``notifications``, keeping the engagement of rows it moves out of the
+    default partition (normally there are none, and this is one count)."""
+    if not await default_rows(conn, parent="notifications"):
+        return await ensure_ahead(conn, parent="notifications", today=today, days_ahead=days_ahead)
+    async with conn.transaction():
+        await conn.execute(_STASH)
+        created = await ensure_ahead(conn, parent="notifications", today=today, days_ahead=days_ahead)
+        await conn.execute("INSERT INTO engagement SELECT * FROM engagement_stash ON CONFLICT DO NOTHING")
+    return created
+
+
+@dataclass(frozen=True, slots=True)
+class LogSize:
+    """How big the log is and how far back it reaches (``clarion status``, ``/v1/ops``)."""
+
+    total_bytes: int
+    oldest_day: dt.date | None
+    days_kept: int
+    partitions_ahead: int
+    default_rows: int
+
+
+_SIZE = """
+SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)
+  FROM unnest($1::text[]) AS p(name), pg_partition_tree(p.name::regclass) t
+"""
+
+
+async def log_size(*, conn: asyncpg.Connection, today: dt.date) -> LogSize:
+    """Bytes of every log table (indexes included), the oldest day of notifications kept, and the
+    least days ahead and the most default-partition rows over the tables."""
+    total = await conn.fetchval(_SIZE, [t.name for t in LOG_TABLES])
+    days = [d for d in await existing_days(conn, parent="notifications") if d <= today]
+    ahead = [await days_ahead(conn, parent=t.name, today=today) for t in LOG_TABLES]
+    stray = [await default_rows(conn, parent=t.name) for t in LOG_TABLES]
+    return LogSize(int(total), days[0] if days else None, len(days), min(ahead), max(stray))
+
+
+class Maintainer:
+    """Runs :func:`maintain` every ``interval_s`` on a connection of its own (opened per run)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        retention_days: int,
+        partitions_ahead: int,
+        interval_s: float,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.dsn = dsn
+        self.retention_days = retention_days
+        self.partitions_ahead = partitions_ahead
+        self.interval_s = interval_s
+        self.clock = clock
+
+    async def run_once(self) -> MaintenanceReport:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return await maintain(
+                conn=conn,
+                today=utc_today(self.clock()),
+                retention_days=self.retention_days,
+                partitions_ahead=self.partitions_ahead,
+            )
+        finally:
+            await conn.close()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.warning("log maintenance failed; retrying in %.0fs", self.interval_s, exc_info=True)
+            await asyncio.sleep(self.interval_s)

@@ -1,0 +1,154 @@
+"""The log's upkeep on the real schema: tomorrow's partitions exist before midnight, a send either
+side of it lands in its own day, retention drops whole days but never one holding a live send."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from clarion.log_maintenance import LOG_TABLES, log_size, maintain, utc_today
+from clarion.pg import asyncpg_dsn
+from harness.services import drop_database, fresh_database
+from schema.ids import uuid7
+from schema.partitions import existing_days, partition_name
+
+DAY = dt.timedelta(days=1)
+TABLES = [t.name for t in LOG_TABLES]
+
+
+@pytest.fixture
+async def conn() -> AsyncIterator[asyncpg.Connection]:
+    url = await fresh_database("clarion_maint")  # migrated to head
+    connection = await asyncpg.connect(asyncpg_dsn(url))
+    await connection.execute("INSERT INTO tenants (id, name) VALUES ('t', 't')")
+    await connection.execute("INSERT INTO users (id, tenant_id, external_id) VALUES ($1, 't', 'u')", uuid7())
+    try:
+        yield connection
+    finally:
+        await connection.close()
+        await drop_database(url)
+
+
+def at(day: dt.date, hh: int = 0, mm: int = 0, ss: int = 0, us: int = 0) -> dt.datetime:
+    return dt.datetime(day.year, day.month, day.day, hh, mm, ss, us, tzinfo=dt.UTC)
+
+
+async def log_send(conn: asyncpg.Connection, *, event_id: str, status: str, at: dt.datetime) -> None:
+    """A notification, its key, its engagement, an attempt and a sandbox message, all stamped ``at``."""
+    nid = uuid7()
+    user = await conn.fetchval("SELECT id FROM users LIMIT 1")
+    await conn.execute(
+        "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, status,"
+        " history, created_at, updated_at) VALUES ($1, 't', $2, 'h', $3, 'email', $4, $5::jsonb, $6, $6)",
+        nid, event_id, user, status, json.dumps([]), at,
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO notification_keys VALUES ('t', $1, $2, $3, 'h')", event_id, at.date(), nid
+    )
+    await conn.execute(
+        "INSERT INTO engagement (notification_id, type, link, tenant_id, notification_created_at, first_at,"
+        " last_at, source) VALUES ($1, 'delivered', '', 't', $2, $2, $2, 'twilio')",
+        nid, at,
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO delivery_attempts (notification_id, attempt, provider, started_at, finished_at, outcome)"
+        " VALUES ($1, 1, 'sandbox', $2, $2, 'sent')",
+        nid, at,
+    )  # fmt: skip
+    await conn.execute(
+        "INSERT INTO sandbox_messages (notification_id, tenant_id, channel, recipient, body,"
+        " provider_message_id, created_at) VALUES ($1, 't', 'email', 'a@example.com', 'b', 'm', $2)",
+        nid, at,
+    )  # fmt: skip
+
+
+async def test_tomorrow_exists_before_midnight_and_each_send_lands_in_its_day(
+    conn: asyncpg.Connection,
+) -> None:
+    today = utc_today() + 40 * DAY  # beyond the days the migration created
+    report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
+    assert all(n == 7 for n in report.days_ahead.values())
+    # The clock runs past midnight: tomorrow's partitions were there before it, for every table.
+    tomorrow = today + DAY
+    for table in TABLES:
+        assert tomorrow in await existing_days(conn, parent=table)
+    await log_send(conn, event_id="before", status="sent", at=at(today, 23, 59, 59, 900_000))
+    await log_send(conn, event_id="after", status="sent", at=at(tomorrow, 0, 0, 0, 100_000))
+    rows = await conn.fetch("SELECT event_id, tableoid::regclass::text AS part FROM notifications")
+    assert {r["event_id"]: r["part"] for r in rows} == {
+        "before": partition_name("notifications", today),
+        "after": partition_name("notifications", tomorrow),
+    }
+    keys = await conn.fetch("SELECT event_id, tableoid::regclass::text AS part FROM notification_keys")
+    assert {r["event_id"]: r["part"] for r in keys} == {
+        "before": partition_name("notification_keys", today),
+        "after": partition_name("notification_keys", tomorrow),
+    }
+    # The next day's run keeps a week ahead and nothing fell into a default partition.
+    report = await maintain(conn=conn, today=tomorrow, retention_days=30, partitions_ahead=7)
+    assert report.created == [partition_name(t, tomorrow + 7 * DAY) for t in TABLES]
+    assert report.default_rows == dict.fromkeys(TABLES, 0)
+
+
+async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send(
+    conn: asyncpg.Connection,
+) -> None:
+    today = utc_today()
+    old, older = today - 31 * DAY, today - 32 * DAY
+    for day in (older, old):
+        await maintain(conn=conn, today=day, retention_days=30, partitions_ahead=0)
+    await log_send(conn, event_id="done", status="sent", at=at(older, 12))
+    await log_send(conn, event_id="next-month", status="scheduled", at=at(old, 12))
+
+    report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
+
+    # Attempts, sandbox messages and rollups keep no day alive: a scheduled send has none yet.
+    assert sorted(report.dropped) == sorted(
+        [partition_name(t, older) for t in TABLES]
+        + [partition_name(t, old) for t in ("delivery_attempts", "sandbox_messages", "analytics_hourly")]
+    )
+    kept = await conn.fetch("SELECT event_id, status FROM notifications WHERE created_at < $1", at(today))
+    assert [(r["event_id"], r["status"]) for r in kept] == [("next-month", "scheduled")]
+    assert await conn.fetchval("SELECT notification_id FROM notification_keys WHERE event_id = 'next-month'")
+    # Once it is sent, the next run drops its day too.
+    await conn.execute("UPDATE notifications SET status = 'sent' WHERE event_id = 'next-month'")
+    report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
+    # Its engagement goes with it, just before it (the foreign key would refuse the other order).
+    assert report.dropped == [
+        partition_name(t, old) for t in ("notification_keys", "engagement", "notifications")
+    ]
+    assert await conn.fetchval("SELECT count(*) FROM notifications WHERE created_at < $1", at(today)) == 0
+
+
+async def test_log_size_reports_bytes_and_the_oldest_day_kept(conn: asyncpg.Connection) -> None:
+    today = utc_today()
+    await maintain(conn=conn, today=today - 3 * DAY, retention_days=30, partitions_ahead=0)
+    await log_send(conn, event_id="e", status="sent", at=at(today - 3 * DAY, 8))
+    size = await log_size(conn=conn, today=today)
+    assert size.oldest_day == today - 3 * DAY
+    assert size.total_bytes > 0
+    assert size.partitions_ahead == 7  # the migration's week ahead
+    assert size.default_rows == 0
+
+
+async def test_a_late_day_moves_out_of_the_default_partition_with_its_engagement(
+    conn: asyncpg.Connection,
+) -> None:
+    late = utc_today() + 20 * DAY  # no partition yet: its rows land in the default partitions
+    await log_send(conn, event_id="early-bird", status="scheduled", at=at(late, 9))
+    assert await conn.fetchval("SELECT count(*) FROM notifications_default") == 1
+
+    report = await maintain(conn=conn, today=late, retention_days=30, partitions_ahead=7)
+
+    assert report.default_rows == dict.fromkeys(TABLES, 0)
+    part = await conn.fetchval(
+        "SELECT tableoid::regclass::text FROM notifications WHERE event_id = 'early-bird'"
+    )
+    assert part == partition_name("notifications", late)
+    # The move deleted it from the default and inserted it into its day; the foreign key's cascade
+    # did not take its engagement along.
+    assert await conn.fetchval("SELECT count(*) FROM engagement") == 1
