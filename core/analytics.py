@@ -55,20 +55,14 @@ class RollupKey:
     provider: str = ""
 
 
-def _upsert(count: str) -> str:
-    if count not in COUNTS:
-        raise ValueError(f"not an analytics count: {count!r}")
-    return f"""
+_UPSERT = f"""
 INSERT INTO analytics_hourly AS a (tenant_id, hour, channel, template, template_version, category,
-                                   provider, {count})
+                                   provider, {", ".join(COUNTS)})
 SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::int[], $6::text[],
-                     $7::text[], $8::bigint[])
+                     $7::text[], {", ".join(f"${i + 8}::bigint[]" for i in range(len(COUNTS)))})
 ON CONFLICT (tenant_id, hour, channel, template, template_version, category, provider)
-DO UPDATE SET {count} = a.{count} + excluded.{count}
+DO UPDATE SET {", ".join(f"{c} = a.{c} + excluded.{c}" for c in COUNTS)}
 """
-
-
-_UPSERTS = {count: _upsert(count) for count in COUNTS}
 
 
 def hour_of(at: datetime) -> datetime:
@@ -78,14 +72,21 @@ def hour_of(at: datetime) -> datetime:
 async def add_counts(
     *, conn: asyncpg.Connection | asyncpg.Pool, count: str, keys: Iterable[RollupKey]
 ) -> None:
-    """Add one to ``count`` for each key (repeats add up), in key order: two transactions touching
-    the same rows lock them in the same order."""
-    totals = Counter(keys)
-    if not totals:
+    """Add one to ``count`` for each key (repeats add up)."""
+    if count not in COUNTS:
+        raise ValueError(f"not an analytics count: {count!r}")
+    await add_many(conn=conn, counts={key: Counter({count: n}) for key, n in Counter(keys).items()})
+
+
+async def add_many(*, conn: asyncpg.Connection | asyncpg.Pool, counts: dict[RollupKey, Counter[str]]) -> None:
+    """Add every key's counts in one statement, keys in sorted order: two transactions touching
+    the same rollup rows lock them in the same order (one statement per count, in two workers'
+    record transactions, could lock one row for "sent" and another for "failed" crosswise)."""
+    if not counts:
         return
-    ordered = sorted(totals, key=lambda k: (k.tenant_id, k.hour, k.channel, k.template, k.template_version,
+    ordered = sorted(counts, key=lambda k: (k.tenant_id, k.hour, k.channel, k.template, k.template_version,
                                             k.category, k.provider))  # fmt: skip
-    columns = [
+    columns: list[list[object]] = [
         [k.tenant_id for k in ordered],
         [k.hour for k in ordered],
         [k.channel for k in ordered],
@@ -93,6 +94,6 @@ async def add_counts(
         [k.template_version for k in ordered],
         [k.category for k in ordered],
         [k.provider for k in ordered],
-        [totals[k] for k in ordered],
     ]
-    await conn.execute(_UPSERTS[count], *columns)
+    columns += [[counts[k][c] for k in ordered] for c in COUNTS]
+    await conn.execute(_UPSERT, *columns)

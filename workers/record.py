@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -17,7 +18,7 @@ from uuid import UUID
 import asyncpg
 
 from clarion import metrics
-from core.analytics import STATUS_COUNTS, RollupKey, add_counts, hour_of
+from core.analytics import STATUS_COUNTS, RollupKey, add_many, hour_of
 from core.webhook_events import WebhookEventIn, enqueue_events, outcome_event_type
 from schema.enums import Channel, Status
 from schema.ids import created_window
@@ -154,20 +155,18 @@ def outcome_events(recorded: Sequence[asyncpg.Record]) -> list[WebhookEventIn]:
 
 async def _count(conn: asyncpg.Connection, recorded: list[asyncpg.Record]) -> None:
     """The analytics rollups of the rows this transaction moved to a final status (a replayed
-    outcome moved none: it counts nothing)."""
-    by_count: dict[str, list[RollupKey]] = {}
+    outcome moved none: it counts nothing), in one statement."""
+    counts: dict[RollupKey, Counter[str]] = {}
     for r in recorded:
         count = STATUS_COUNTS.get(r["status"])
         if count is not None:
-            by_count.setdefault(count, []).append(
-                RollupKey(
-                    tenant_id=r["tenant_id"], hour=hour_of(r["created_at"]), channel=r["channel"],
-                    template=r["template"] or "", template_version=r["template_version"] or 0,
-                    category=r["category"] or "", provider=r["provider"] or "",
-                )
+            key = RollupKey(
+                tenant_id=r["tenant_id"], hour=hour_of(r["created_at"]), channel=r["channel"],
+                template=r["template"] or "", template_version=r["template_version"] or 0,
+                category=r["category"] or "", provider=r["provider"] or "",
             )  # fmt: skip
-    for count, keys in by_count.items():
-        await add_counts(conn=conn, count=count, keys=keys)
+            counts.setdefault(key, Counter())[count] += 1
+    await add_many(conn=conn, counts=counts)
 
 
 async def record(
