@@ -62,32 +62,36 @@ async def test_request_headers_over_16_kib_are_a_431(api: ApiServer) -> None:
     refused(response, 431)
 
 
-async def test_an_oversized_head_is_refused_while_it_is_still_arriving(api: ApiServer) -> None:
-    """A 2 MB header used to be read and parsed whole before the 431 (each such request held the
-    API's loop for milliseconds): now the answer comes once 32 KiB arrived, the head unfinished."""
+async def raw_exchange(api: ApiServer, *pieces: bytes) -> tuple[bytes, bytes]:
+    """Write ``pieces`` one after the other on a fresh connection; the answer's head and body."""
     reader, writer = await asyncio.open_connection("127.0.0.1", api.settings.api_port)
     try:
-        writer.write(b"GET /v1/notifications HTTP/1.1\r\nHost: clarion\r\nAuthorization: Bearer clk_a_")
-        writer.write(b"x" * (HEAD_LIMIT_BYTES + 1))  # no end of line, no end of head
-        await writer.drain()
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
         head, _, body = (await asyncio.wait_for(reader.read(), timeout=10)).partition(b"\r\n\r\n")
     finally:
         writer.close()
+    return head, body
+
+
+async def test_an_oversized_head_is_refused_while_it_is_still_arriving(api: ApiServer) -> None:
+    """A 2 MB header used to be read and parsed whole before the 431 (each such request held the
+    API's loop for milliseconds): now the answer comes once 32 KiB arrived, the head unfinished."""
+    head, body = await raw_exchange(
+        api,
+        b"GET /v1/notifications HTTP/1.1\r\nHost: clarion\r\nAuthorization: Bearer clk_a_",
+        b"x" * (HEAD_LIMIT_BYTES + 1),  # no end of line, no end of head
+    )
     assert head.startswith(b"HTTP/1.1 431 "), head
     assert json.loads(body)["error"]["code"] == "headers_too_large"
 
 
 async def test_a_request_httptools_cannot_parse_gets_the_error_shape(api: ApiServer) -> None:
     """A request line past ~64 KB (or any unparsable request): uvicorn answered in plain text."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", api.settings.api_port)
-    try:
-        writer.write(
-            b"GET /t/o/" + b"%F1%AC%BF%A9" * 6_000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        await writer.drain()
-        head, _, body = (await asyncio.wait_for(reader.read(), timeout=10)).partition(b"\r\n\r\n")
-    finally:
-        writer.close()
+    head, body = await raw_exchange(
+        api, b"GET /t/o/" + b"%F1%AC%BF%A9" * 6_000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
     assert head.startswith(b"HTTP/1.1 400 "), head
     assert json.loads(body)["error"]["code"] == "bad_request"
 
