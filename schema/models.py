@@ -190,6 +190,10 @@ class Notification(SQLModel, table=True):
         default_factory=list, sa_column=sa.Column(JSONB, nullable=False, server_default="[]")
     )
     published_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
+    """When the message last went to the broker (the outbox, or the relay republishing it)."""
+    queued_at: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
+    """When the broker first acknowledged it: an ``accepted`` row with this set shows as ``queued``
+    (schema/shown_status.py), so reaching the broker leaves ``status`` and its index alone."""
     created_at: datetime | None = Field(default=None, sa_column=_now_col(primary_key=True))
     updated_at: datetime | None = Field(default=None, sa_column=_now_col())
 
