@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.engagement_models import EngagementOut
 from api.models import AttemptOut, ErrorInfo, NotificationOut, SandboxMessageOut, Transition
 from schema.ids import created_window
-from schema.models import DeliveryAttempt, Engagement, Notification, SandboxMessage, User
+from schema.log_models import DeliveryAttempt, Engagement, Notification, SandboxMessage
+from schema.models import User
 from schema.shown_status import shown_history, shown_status
 
 _n = Notification.__table__  # type: ignore[attr-defined]

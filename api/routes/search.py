@@ -23,7 +23,8 @@ from api.models import ErrorInfo
 from api.openapi_doc import NO_NUL
 from clarion.tenants import Principal
 from schema.enums import Channel, Priority, Status
-from schema.models import Notification, User
+from schema.log_models import Notification
+from schema.models import User
 from schema.shown_status import shown_status_column, status_filter
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
