@@ -1,6 +1,6 @@
 """The limits every render keeps, by construction: checked on each operation and filter that can
 grow a value, before it allocates, so one builtin call (a C loop that never looks at the clock)
-cannot run away.
+cannot run away. The sandbox (``core/render_sandbox.py``) puts these checks in a template's way.
 
 - *time*: a CPU-time deadline per render, read at every loop iteration, call and output chunk;
 - *size*: strings and sequences at most ``max_value_chars``; the *expanded* size of a structure
@@ -17,17 +17,13 @@ from __future__ import annotations
 import re
 import string
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 
-from jinja2.filters import make_attrgetter
 from jinja2.lexer import TOKEN_BLOCK_BEGIN, TOKEN_NAME, TOKEN_OPERATOR
-from jinja2.runtime import Context, StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Namespace
 
 from core.render_errors import RenderError
 
@@ -240,148 +236,3 @@ def _check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
         _check_join(list(args[0]), owner)
     elif name in {"format", "format_map"}:
         _check_brace_format(owner)
-
-
-class _BoundedNamespace(Namespace):
-    def __setitem__(self, name: str, value: Any) -> None:
-        super().__setitem__(name, _capped(value))
-
-
-def _int_args_checked(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a filter whose parameters are widths, counts or inserted strings (``indent``'s prefix,
-    ``wordwrap``'s wrapstring): refuse ones that could take the output above the size limit."""
-    skip = 2 if hasattr(func, "jinja_pass_arg") else 1
-
-    @wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        value = args[skip - 1] if len(args) >= skip else ""
-        text = value if isinstance(value, str) else ""
-        # indent inserts its prefix once per line; wordwrap its wrapstring at most every other char
-        repeats = text.count("\n") + 1 if func.__name__ == "do_indent" else len(text) // 2 + 1
-        for arg in (*args[skip:], *kwargs.values()):
-            if isinstance(arg, int) and not isinstance(arg, bool):
-                _check_size(len(text) + arg * repeats if func.__name__ == "do_indent" else arg)
-            elif isinstance(arg, str):
-                _check_size(len(text) + len(arg) * repeats)
-        return _capped(func(*args, **kwargs))
-
-    return checked
-
-
-class _Environment(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**", "%", "+"})
-
-    def __init__(self, *, autoescape: bool) -> None:
-        super().__init__(
-            autoescape=autoescape,
-            undefined=StrictUndefined,
-            auto_reload=False,
-            trim_blocks=True,  # a block tag on a line of its own leaves no blank line behind
-            lstrip_blocks=True,
-        )
-        self.globals.pop("lipsum", None)  # CPU-heavy and useless in notifications
-        self.globals["namespace"] = _BoundedNamespace
-        self.filters[_STEP] = _bounded_iter
-        self.filters[_CAP] = _capped
-        self.filters[_TEXT] = check_expanded
-        for name in ("center", "indent", "wordwrap", "batch", "slice"):
-            self.filters[name] = _int_args_checked(self.filters[name])
-        self.filters["format"] = self._format_filter(self.filters["format"])
-        self.filters["join"] = self._join_filter(self.filters["join"])
-        self.filters["replace"] = self._replace_filter(self.filters["replace"])
-        for name in ("string", "tojson", "pprint", "urlencode", "xmlattr", "trim", "upper", "lower"):
-            if name in self.filters:
-                self.filters[name] = _expanded_first(self.filters[name])
-        self.filters["sum"] = _sum_filter(self.filters["sum"])
-        # Filters run in C or in Jinja's Python without passing through ``call``: each one reads
-        # the clock before it starts, so a chain of 100,000-item sorts stops at the deadline.
-        self.filters.update(
-            {name: _clocked(f) for name, f in self.filters.items() if not name.startswith("_")}
-        )
-        self.finalize = check_expanded  # every {{ output }} is turned into text after this
-
-    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        _check_int_binop(operator, left, right)
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(times, int):
-                    _check_size(len(seq) * times)
-        elif operator == "**":
-            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-                if left.bit_length() * right > MAX_INT_BITS:
-                    raise _limit("number is too large")
-        elif operator == "%" and isinstance(left, str):
-            _check_percent_format(left)
-            check_expanded(right)
-        return _capped(super().call_binop(context, operator, left, right))
-
-    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_deadline()
-        _check_str_method(obj, args)
-        for arg in (*args, *kwargs.values()):
-            check_expanded(arg)
-        return _capped(super().call(context, obj, *args, **kwargs))
-
-    @staticmethod
-    def _format_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-            _check_percent_format(str(value))
-            return _capped(func(value, *args, **kwargs))
-
-        return checked
-
-    def _join_filter(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(eval_ctx: Any, value: Iterable[Any], d: str = "", attribute: Any = None) -> Any:
-            items = list(value)
-            if attribute is not None:
-                items = list(map(make_attrgetter(self, attribute), items))
-            _check_join(items, d)
-            return func(eval_ctx, items, d)
-
-        return checked
-
-    @staticmethod
-    def _replace_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(eval_ctx: Any, s: Any, old: Any, new: Any, count: int | None = None) -> Any:
-            _check_replace(s, old, new)
-            return func(eval_ctx, s, old, new, count)
-
-        return checked
-
-
-def _expanded_first(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a filter that turns its input into text: the input's expanded size is checked first."""
-    skip = 2 if hasattr(func, "jinja_pass_arg") else 1
-
-    @wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        if len(args) >= skip:
-            check_expanded(args[skip - 1])
-        return _capped(func(*args, **kwargs))
-
-    return checked
-
-
-def _sum_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(func)
-    def checked(environment: Any, iterable: Iterable[Any], attribute: Any = None, start: Any = 0) -> Any:
-        items = list(iterable)
-        if attribute is not None:
-            items = list(map(make_attrgetter(environment, attribute), items))
-        _check_size(len(items))
-        _check_sum(items, start)
-        return _capped(func(environment, items, None, start))
-
-    return checked
-
-
-def _clocked(func: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(func)
-    def clocked(*args: Any, **kwargs: Any) -> Any:
-        _check_deadline(now=True)
-        return func(*args, **kwargs)
-
-    return clocked
