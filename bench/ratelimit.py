@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from core.ratelimit import MemoryRateLimiter, Rule
+from core.ratelimit import Rule
+from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import FAIL_OPEN_METRIC, RedisRateLimiter
 
 ROW_S = 3.0

@@ -2,7 +2,7 @@
 
 The script (`core.ratelimit_lua`) reads the clock with the server's ``TIME`` so every process
 agrees on "now", stores each key's theoretical arrival time with a ``PX`` expiry at the moment its
-bucket is full again (so idle keys vanish), and mirrors `core.ratelimit.MemoryRateLimiter`
+bucket is full again (so idle keys vanish), and mirrors `core.ratelimit_memory.MemoryRateLimiter`
 arithmetic exactly. Soft and elastic rules also touch a second key. `acquire_many` sends up to
 `CHUNK` requests per EVALSHA and all chunks in one write, so a batch costs one round trip.
 Concurrent `acquire` calls made in the same event-loop turn share one EVALSHA, in call order. For

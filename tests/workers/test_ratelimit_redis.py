@@ -18,12 +18,8 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from core.limiter import build_rate_limiter
-from core.ratelimit import (
-    Allowed,
-    MemoryRateLimiter,
-    RetryAfter,
-    Rule,
-)
+from core.ratelimit import Allowed, RetryAfter, Rule
+from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import CHUNK, FAIL_OPEN_METRIC, RedisRateLimiter
 from harness.services import wait_until
 from tests.fixtures.ratelimit import HOURLY, TIMELINES, assert_close
