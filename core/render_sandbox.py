@@ -51,6 +51,10 @@ def _refuse_private(name: Any, lineno: int) -> None:
 
 
 class Instrument(NodeTransformer):
+    """Rewrites a parsed template before it is compiled: refuses literal private names and
+    ``include``/``extends``/``import``, and routes loops, ``~`` and ``{% set %}`` blocks through the
+    limit checks."""
+
     # Children first, so ``''.__class__.__mro__`` is reported at ``__class__``.
     def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
         self.generic_visit(node)
