@@ -24,7 +24,7 @@ from typing import Any
 
 from core.render_box import RenderBox
 from core.render_errors import Part, RenderError, RenderErrorCode
-from core.render_limits import _limit
+from core.render_limits import limit_error
 from core.render_template import CompiledTemplate, TemplateRenderer
 from core.render_types import RenderedContent, RequestBudget
 
@@ -99,9 +99,9 @@ def _may_render(debt: _CpuDebt | None, budget: RequestBudget | None) -> None:
     """Raise ``render_limit`` when the tenant's share (``debt``, at accept time) or the request's
     ``budget`` is spent: such a render is refused without waiting for a render thread."""
     if debt is not None and debt.settle() > RENDER_CPU_BURST_S:
-        raise _limit("this tenant's templates used their share of render time; retry in a few seconds")
+        raise limit_error("this tenant's templates used their share of render time; retry in a few seconds")
     if budget is not None and budget.remaining_ms <= 0:
-        raise _limit(f"the request's render budget ({budget.total_ms} ms) is spent")
+        raise limit_error(f"the request's render budget ({budget.total_ms} ms) is spent")
 
 
 class Renderer(TemplateRenderer):
@@ -219,7 +219,7 @@ class Renderer(TemplateRenderer):
             try:
                 await asyncio.wait_for(turn.lock.acquire(), wait_s)
             except TimeoutError:
-                raise _limit(
+                raise limit_error(
                     "this tenant's earlier templates are still rendering; retry in a few seconds"
                 ) from None
             try:

@@ -32,7 +32,7 @@ from core.render_errors import RenderError
 
 
 @dataclass(slots=True)
-class _Budget:
+class Budget:
     deadline: float | None
     max_render_ms: int
     max_value_chars: int
@@ -45,43 +45,48 @@ class _Budget:
 CLOCK_EVERY = 8
 
 
-_budget: ContextVar[_Budget | None] = ContextVar("clarion_render_budget", default=None)
+current_budget: ContextVar[Budget | None] = ContextVar("clarion_render_budget", default=None)
 _DEFAULT_MAX_VALUE_CHARS = 100_000
 MAX_INT_BITS = 16_384
 MAX_NESTING = 40
-_STEP = "_clarion_step"
-_CAP = "_clarion_cap"
-_TEXT = "_clarion_text"
+STEP_FILTER = "_clarion_step"
+CAP_FILTER = "_clarion_cap"
+TEXT_FILTER = "_clarion_text"
 _BLOCKS = frozenset({"if", "for", "macro", "call", "filter", "with", "block", "autoescape"})
 
 
-def _limit(message: str) -> RenderError:
+def limit_error(message: str) -> RenderError:
+    """The ``render_limit`` error with ``message``."""
     return RenderError("render_limit", message)
 
 
-def _check_deadline(*, now: bool = False) -> None:
-    budget = _budget.get()
+def check_deadline(*, now: bool = False) -> None:
+    """Refuse the render in progress once past its CPU deadline (read every ``CLOCK_EVERY``-th
+    call, or at once with ``now``)."""
+    budget = current_budget.get()
     if budget is None or budget.deadline is None:
         return
     budget.checks += 1
     # CPU time of this thread, not wall time: a render preempted on a busy machine is not slow.
     if (now or budget.checks % CLOCK_EVERY == 0) and time.thread_time() > budget.deadline:
-        raise _limit(f"template took longer than {budget.max_render_ms} ms to render")
+        raise limit_error(f"template took longer than {budget.max_render_ms} ms to render")
 
 
 def _max_chars() -> int:
-    budget = _budget.get()
+    budget = current_budget.get()
     return budget.max_value_chars if budget is not None else _DEFAULT_MAX_VALUE_CHARS
 
 
-def _check_size(size: int) -> None:
+def check_size(size: int) -> None:
+    """Refuse a value of ``size`` characters or items above the render's limit."""
     if size > (limit := _max_chars()):
-        raise _limit(f"template builds a value longer than {limit} characters")
+        raise limit_error(f"template builds a value longer than {limit} characters")
 
 
-def _capped(value: Any) -> Any:
+def capped(value: Any) -> Any:
+    """``value``, once its length is checked against the size limit."""
     if isinstance(value, str | list | tuple | bytes):
-        _check_size(len(value))
+        check_size(len(value))
     return value
 
 
@@ -111,16 +116,16 @@ def check_expanded(value: Any) -> Any:
         else:
             seen += 8
         if seen > limit:
-            raise _limit(f"template builds a value longer than {limit} characters")
+            raise limit_error(f"template builds a value longer than {limit} characters")
     return value
 
 
 def _check_number(value: Any) -> None:
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-        raise _limit("number is too large")
+        raise limit_error("number is too large")
 
 
-def _check_int_binop(operator: str, left: Any, right: Any) -> None:
+def check_int_binop(operator: str, left: Any, right: Any) -> None:
     """Integers: the result's bit length, estimated before Python computes it."""
     if not (isinstance(left, int) and isinstance(right, int)):
         return
@@ -131,13 +136,13 @@ def _check_int_binop(operator: str, left: Any, right: Any) -> None:
     else:
         bits = max(left.bit_length(), right.bit_length()) + 1
     if bits > MAX_INT_BITS:
-        raise _limit("number is too large")
+        raise limit_error("number is too large")
 
 
-def _check_sum(items: list[Any], start: Any) -> None:
+def check_sum(items: list[Any], start: Any) -> None:
     """``sum`` of sequences concatenates them: bound the total before it runs (quadratic in C)."""
     if isinstance(start, str | list | tuple):
-        _check_size(len(start) + sum(len(i) for i in items if isinstance(i, str | list | tuple)))
+        check_size(len(start) + sum(len(i) for i in items if isinstance(i, str | list | tuple)))
     else:
         for item in items:
             _check_number(item)
@@ -170,16 +175,17 @@ def check_nesting(source: str, environment: ImmutableSandboxedEnvironment) -> No
             unary_run = unary_run + 1 if unary else 0
             expect_tag = False
             if max(depth, block_depth, unary_run) > MAX_NESTING:
-                raise _limit(f"template nests deeper than {MAX_NESTING} levels")
+                raise limit_error(f"template nests deeper than {MAX_NESTING} levels")
     except RenderError:
         raise
     except Exception:  # a lexing error is reported by the parser, with its line
         return
 
 
-def _bounded_iter(value: Iterable[Any]) -> Iterator[Any]:
+def bounded_iter(value: Iterable[Any]) -> Iterator[Any]:
+    """``value``'s items, the deadline checked before each (every template loop goes through it)."""
     for item in value:
-        _check_deadline()
+        check_deadline()
         yield item
 
 
@@ -187,13 +193,14 @@ _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _DIGITS = re.compile(r"\d+")
 
 
-def _check_percent_format(fmt: str) -> None:
+def check_percent_format(fmt: str) -> None:
+    """Refuse ``%`` widths above the size limit, and ``*`` widths."""
     for match in _PERCENT_SPEC.finditer(fmt):
         for width in match.groups():
             if width == "*":
-                raise _limit("'*' widths are not allowed in format strings")
+                raise limit_error("'*' widths are not allowed in format strings")
             if width is not None:
-                _check_size(int(width))
+                check_size(int(width))
 
 
 def _check_brace_format(fmt: str) -> None:
@@ -201,24 +208,26 @@ def _check_brace_format(fmt: str) -> None:
         if not spec:
             continue
         if "{" in spec:
-            raise _limit("nested format specifications are not allowed")
+            raise limit_error("nested format specifications are not allowed")
         for width in _DIGITS.findall(spec):
-            _check_size(int(width))
+            check_size(int(width))
 
 
-def _check_replace(text: Any, old: Any, new: Any) -> None:
+def check_replace(text: Any, old: Any, new: Any) -> None:
+    """Refuse a replace whose result would be above the size limit, before it runs."""
     text, old, new = str(text), str(old), str(new)
     count = text.count(old)
-    _check_size(len(text) + count * max(0, len(new) - len(old)))
+    check_size(len(text) + count * max(0, len(new) - len(old)))
 
 
-def _check_join(items: list[Any], separator: Any) -> None:
+def check_join(items: list[Any], separator: Any) -> None:
+    """Refuse a join whose result would be above the size limit, before it runs."""
     for item in items:
         check_expanded(item)
-    _check_size(sum(len(str(item)) for item in items) + len(str(separator)) * max(0, len(items) - 1))
+    check_size(sum(len(str(item)) for item in items) + len(str(separator)) * max(0, len(items) - 1))
 
 
-def _check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
+def check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
     """Pre-check the ``str`` methods whose output can be far larger than their input."""
     method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format
     owner = getattr(method, "__self__", None)
@@ -226,13 +235,13 @@ def _check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
         return
     name = getattr(method, "__name__", "")
     if name in {"center", "ljust", "rjust", "zfill"} and args and isinstance(args[0], int):
-        _check_size(args[0])
+        check_size(args[0])
     elif name == "expandtabs":
         tabsize = args[0] if args and isinstance(args[0], int) else 8
-        _check_size(len(owner) + owner.count("\t") * tabsize)
+        check_size(len(owner) + owner.count("\t") * tabsize)
     elif name == "replace" and len(args) >= 2:
-        _check_replace(owner, args[0], args[1])
+        check_replace(owner, args[0], args[1])
     elif name == "join" and args:
-        _check_join(list(args[0]), owner)
+        check_join(list(args[0]), owner)
     elif name in {"format", "format_map"}:
         _check_brace_format(owner)

@@ -24,22 +24,22 @@ from jinja2.visitor import NodeTransformer
 
 from core.render_errors import RenderError
 from core.render_limits import (
-    _CAP,
-    _STEP,
-    _TEXT,
+    CAP_FILTER,
     MAX_INT_BITS,
-    _bounded_iter,
-    _capped,
-    _check_deadline,
-    _check_int_binop,
-    _check_join,
-    _check_percent_format,
-    _check_replace,
-    _check_size,
-    _check_str_method,
-    _check_sum,
-    _limit,
+    STEP_FILTER,
+    TEXT_FILTER,
+    bounded_iter,
+    capped,
+    check_deadline,
     check_expanded,
+    check_int_binop,
+    check_join,
+    check_percent_format,
+    check_replace,
+    check_size,
+    check_str_method,
+    check_sum,
+    limit_error,
 )
 
 
@@ -75,18 +75,20 @@ class Instrument(NodeTransformer):
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
-        node.iter = nodes.Filter(node.iter, _STEP, [], [], None, None, lineno=node.lineno)
+        node.iter = nodes.Filter(node.iter, STEP_FILTER, [], [], None, None, lineno=node.lineno)
         return node
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
         # ``~`` turns each operand into text before the result can be measured: measure them first.
-        node.nodes = [nodes.Filter(n, _TEXT, [], [], None, None, lineno=node.lineno) for n in node.nodes]
-        return nodes.Filter(node, _CAP, [], [], None, None, lineno=node.lineno)
+        node.nodes = [
+            nodes.Filter(n, TEXT_FILTER, [], [], None, None, lineno=node.lineno) for n in node.nodes
+        ]
+        return nodes.Filter(node, CAP_FILTER, [], [], None, None, lineno=node.lineno)
 
     def visit_AssignBlock(self, node: nodes.AssignBlock) -> nodes.Node:
         self.generic_visit(node)
-        node.filter = nodes.Filter(node.filter, _CAP, [], [], None, None, lineno=node.lineno)
+        node.filter = nodes.Filter(node.filter, CAP_FILTER, [], [], None, None, lineno=node.lineno)
         return node
 
     def _refuse_loader(self, node: nodes.Node) -> nodes.Node:
@@ -100,7 +102,7 @@ class Instrument(NodeTransformer):
 
 class _BoundedNamespace(Namespace):
     def __setitem__(self, name: str, value: Any) -> None:
-        super().__setitem__(name, _capped(value))
+        super().__setitem__(name, capped(value))
 
 
 def _int_args_checked(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -116,15 +118,18 @@ def _int_args_checked(func: Callable[..., Any]) -> Callable[..., Any]:
         repeats = text.count("\n") + 1 if func.__name__ == "do_indent" else len(text) // 2 + 1
         for arg in (*args[skip:], *kwargs.values()):
             if isinstance(arg, int) and not isinstance(arg, bool):
-                _check_size(len(text) + arg * repeats if func.__name__ == "do_indent" else arg)
+                check_size(len(text) + arg * repeats if func.__name__ == "do_indent" else arg)
             elif isinstance(arg, str):
-                _check_size(len(text) + len(arg) * repeats)
-        return _capped(func(*args, **kwargs))
+                check_size(len(text) + len(arg) * repeats)
+        return capped(func(*args, **kwargs))
 
     return checked
 
 
-class _Environment(ImmutableSandboxedEnvironment):
+class SandboxEnvironment(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox, strict about undefined names, with every operator, call and filter
+    that can grow a value checked first and every filter reading the clock."""
+
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
     def __init__(self, *, autoescape: bool) -> None:
@@ -137,9 +142,9 @@ class _Environment(ImmutableSandboxedEnvironment):
         )
         self.globals.pop("lipsum", None)  # CPU-heavy and useless in notifications
         self.globals["namespace"] = _BoundedNamespace
-        self.filters[_STEP] = _bounded_iter
-        self.filters[_CAP] = _capped
-        self.filters[_TEXT] = check_expanded
+        self.filters[STEP_FILTER] = bounded_iter
+        self.filters[CAP_FILTER] = capped
+        self.filters[TEXT_FILTER] = check_expanded
         for name in ("center", "indent", "wordwrap", "batch", "slice"):
             self.filters[name] = _int_args_checked(self.filters[name])
         self.filters["format"] = self._format_filter(self.filters["format"])
@@ -157,33 +162,33 @@ class _Environment(ImmutableSandboxedEnvironment):
         self.finalize = check_expanded  # every {{ output }} is turned into text after this
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        _check_int_binop(operator, left, right)
+        check_int_binop(operator, left, right)
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
                 if isinstance(seq, str | list | tuple) and isinstance(times, int):
-                    _check_size(len(seq) * times)
+                    check_size(len(seq) * times)
         elif operator == "**":
             if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
                 if left.bit_length() * right > MAX_INT_BITS:
-                    raise _limit("number is too large")
+                    raise limit_error("number is too large")
         elif operator == "%" and isinstance(left, str):
-            _check_percent_format(left)
+            check_percent_format(left)
             check_expanded(right)
-        return _capped(super().call_binop(context, operator, left, right))
+        return capped(super().call_binop(context, operator, left, right))
 
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_deadline()
-        _check_str_method(obj, args)
+        check_deadline()
+        check_str_method(obj, args)
         for arg in (*args, *kwargs.values()):
             check_expanded(arg)
-        return _capped(super().call(context, obj, *args, **kwargs))
+        return capped(super().call(context, obj, *args, **kwargs))
 
     @staticmethod
     def _format_filter(func: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(func)
         def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-            _check_percent_format(str(value))
-            return _capped(func(value, *args, **kwargs))
+            check_percent_format(str(value))
+            return capped(func(value, *args, **kwargs))
 
         return checked
 
@@ -193,7 +198,7 @@ class _Environment(ImmutableSandboxedEnvironment):
             items = list(value)
             if attribute is not None:
                 items = list(map(make_attrgetter(self, attribute), items))
-            _check_join(items, d)
+            check_join(items, d)
             return func(eval_ctx, items, d)
 
         return checked
@@ -202,7 +207,7 @@ class _Environment(ImmutableSandboxedEnvironment):
     def _replace_filter(func: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(func)
         def checked(eval_ctx: Any, s: Any, old: Any, new: Any, count: int | None = None) -> Any:
-            _check_replace(s, old, new)
+            check_replace(s, old, new)
             return func(eval_ctx, s, old, new, count)
 
         return checked
@@ -216,7 +221,7 @@ def _expanded_first(func: Callable[..., Any]) -> Callable[..., Any]:
     def checked(*args: Any, **kwargs: Any) -> Any:
         if len(args) >= skip:
             check_expanded(args[skip - 1])
-        return _capped(func(*args, **kwargs))
+        return capped(func(*args, **kwargs))
 
     return checked
 
@@ -227,9 +232,9 @@ def _sum_filter(func: Callable[..., Any]) -> Callable[..., Any]:
         items = list(iterable)
         if attribute is not None:
             items = list(map(make_attrgetter(environment, attribute), items))
-        _check_size(len(items))
-        _check_sum(items, start)
-        return _capped(func(environment, items, None, start))
+        check_size(len(items))
+        check_sum(items, start)
+        return capped(func(environment, items, None, start))
 
     return checked
 
@@ -237,7 +242,7 @@ def _sum_filter(func: Callable[..., Any]) -> Callable[..., Any]:
 def _clocked(func: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(func)
     def clocked(*args: Any, **kwargs: Any) -> Any:
-        _check_deadline(now=True)
+        check_deadline(now=True)
         return func(*args, **kwargs)
 
     return clocked

@@ -50,8 +50,8 @@ from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 
 from core.headers import breaks_header
 from core.render_errors import Part, RenderError, attribute_paths, missing_variable
-from core.render_limits import _Budget, _budget, _check_deadline, _limit, check_nesting
-from core.render_sandbox import Instrument, _Environment
+from core.render_limits import Budget, check_deadline, check_nesting, current_budget, limit_error
+from core.render_sandbox import Instrument, SandboxEnvironment
 from core.render_types import RenderedContent, RequestBudget
 
 
@@ -73,7 +73,10 @@ class TemplateRenderer:
     ) -> None:
         self.max_output_chars = max_output_chars
         self.max_render_ms = max_render_ms
-        self._environments = {False: _Environment(autoescape=False), True: _Environment(autoescape=True)}
+        self._environments = {
+            False: SandboxEnvironment(autoescape=False),
+            True: SandboxEnvironment(autoescape=True),
+        }
         self._compile_cached = lru_cache(maxsize=cache_size)(self._compile)
 
     def compile(self, source: str, *, html: bool = False) -> CompiledTemplate:
@@ -120,7 +123,7 @@ class TemplateRenderer:
         if budget is not None:
             max_ms = min(max_ms, budget.remaining_ms)
             if max_ms <= 0:
-                raise _limit(f"the request's render budget ({budget.total_ms} ms) is spent")
+                raise limit_error(f"the request's render budget ({budget.total_ms} ms) is spent")
         compiled = [
             (part, self._compile_part(part, source, is_html))
             for part, source, is_html in self._parts(subject, body, html)
@@ -143,15 +146,15 @@ class TemplateRenderer:
     def _render_parts(
         self, compiled: list[tuple[Part, CompiledTemplate]], data: dict[str, Any], max_ms: float
     ) -> dict[Part, str]:
-        budget = self._budget(deadline=time.thread_time() + max_ms / 1000)
-        token = _budget.set(budget)
+        budget = self._new_budget(deadline=time.thread_time() + max_ms / 1000)
+        token = current_budget.set(budget)
         try:
             return {part: self._render_part(part, tpl, data) for part, tpl in compiled}
         except RenderError as exc:
             exc.timed_out = exc.code == "render_limit" and time.thread_time() > (budget.deadline or 0.0)
             raise
         finally:
-            _budget.reset(token)
+            current_budget.reset(token)
 
     def content_hash(self, content: RenderedContent, *, recipient: str, channel: str) -> str:
         """SHA-256 hex of what the recipient would see on this channel (content-window dedupe)."""
@@ -174,15 +177,15 @@ class TemplateRenderer:
             parts.append(("html", html, True))
         return parts
 
-    def _budget(self, *, deadline: float | None) -> _Budget:
-        return _Budget(
+    def _new_budget(self, *, deadline: float | None) -> Budget:
+        return Budget(
             deadline=deadline, max_render_ms=self.max_render_ms, max_value_chars=self.max_output_chars
         )
 
     def _compile(self, source: str, html: bool) -> CompiledTemplate:
         env = self._environments[html]
         # The optimizer folds constant expressions while compiling: keep the size checks on.
-        token = _budget.set(self._budget(deadline=None))
+        token = current_budget.set(self._new_budget(deadline=None))
         try:
             check_nesting(source, env)
             tree = env.parse(source)
@@ -195,9 +198,9 @@ class TemplateRenderer:
         except (RecursionError, MemoryError, SyntaxError):
             # A long operator chain is one flat loop for the parser but a deep tree to compile; deep
             # blocks become Python code nested past its 100 indentation levels (SyntaxError).
-            raise _limit("template is too deeply nested to compile") from None
+            raise limit_error("template is too deeply nested to compile") from None
         finally:
-            _budget.reset(token)
+            current_budget.reset(token)
 
     def _compile_part(self, part: Part, source: str, html: bool) -> CompiledTemplate:
         try:
@@ -213,8 +216,8 @@ class TemplateRenderer:
             for chunk in stream:
                 size += len(chunk)
                 if size > self.max_output_chars:
-                    raise _limit(f"rendered {part} is longer than {self.max_output_chars} characters")
-                _check_deadline()
+                    raise limit_error(f"rendered {part} is longer than {self.max_output_chars} characters")
+                check_deadline()
                 chunks.append(chunk)
         except RenderError as exc:
             raise RenderError(exc.code, exc.message, variable=exc.variable, part=part) from None
