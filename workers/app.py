@@ -142,7 +142,7 @@ class Worker:
     async def _handle_retry_batch(self, msg: KafkaMessage) -> None:
         messages = await self._decode(msg)
         waits_s = await waiting_s(
-            pool=self.pipeline.pool if self.pipeline else None, ids=[m.id for m in messages]
+            pool=self.pipeline.pool if self.pipeline is not None else None, ids=[m.id for m in messages]
         )
         await deliver_when_due(
             messages, waits_s=waits_s, hold_s=self.settings.retry.hold_max_s, deliver=self._deliver
