@@ -15,15 +15,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from redis.asyncio import Redis
 
 from clarion.rules import RulesCache, RuleSpec
-from core.ratelimit import (
-    MAX_PERIOD_S,
-    MAX_REFILL_S,
-    Allowed,
-    InvalidRule,
-    MemoryRateLimiter,
-    RateLimiter,
-    Rule,
-)
+from core.ratelimit import MAX_PERIOD_S, MAX_REFILL_S, Allowed, InvalidRule, RateLimiter, Rule
+from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import RedisRateLimiter
 from core.render import RenderedContent
 from providers.errors import PermanentProviderError, TransientProviderError
