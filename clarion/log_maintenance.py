@@ -33,7 +33,7 @@ from schema.enums import TERMINAL_STATUSES, Status
 from schema.partitions import (
     days_ahead,
     default_rows,
-    drop_day,
+    detach_day,
     drop_expired,
     ensure_ahead,
     existing_days,
@@ -108,16 +108,15 @@ async def maintain(
             )
     followers = [t.name for t in LOG_TABLES if t.goes_with_log]
 
-    async def drop_followers(day: dt.date) -> None:
-        for name in followers:
-            dropped.extend(await drop_day(conn, parent=name, day=day))
+    async def detach_followers(day: dt.date) -> list[str]:
+        return [name for parent in followers for name in await detach_day(conn, parent=parent, day=day)]
 
     for table in LOG_TABLES:
         if table.goes_with_log:
             continue
         dropped += await drop_expired(
             conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter,
-            before_drop=drop_followers if table.name == "notifications" else None,
+            before_drop=detach_followers if table.name == "notifications" else None,
         )  # fmt: skip
     for table in LOG_TABLES:
         ahead[table.name] = await days_ahead(conn, parent=table.name, today=today)

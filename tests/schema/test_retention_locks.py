@@ -1,0 +1,126 @@
+"""Dropping an expired day under load: the detach holds the log only briefly, never needs the
+tables an accept holds, gives up rather than queue every accept behind a long reader, and a day a
+stopped run left detached goes on the next run (docs/partitioning.md, "Retention under load")."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from clarion.log_maintenance import maintain
+from harness.services import drop_database, fresh_database
+from schema import partitions
+
+OLD = dt.date(2001, 2, 3)
+LATER = OLD + dt.timedelta(days=40)
+
+
+@pytest.fixture
+async def dsn() -> AsyncIterator[str]:
+    url = await fresh_database("clarion_retention")
+    try:
+        yield make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    finally:
+        await drop_database(url)
+
+
+async def _old_day(conn: asyncpg.Connection) -> None:
+    """A sent notification, with engagement, on ``OLD``'s own partitions; ``LATER``'s days made."""
+    await maintain(conn=conn, today=OLD, retention_days=30, partitions_ahead=0)
+    await maintain(conn=conn, today=LATER, retention_days=1_000, partitions_ahead=0)
+    await conn.execute("INSERT INTO tenants (id, name) VALUES ('t', 't')")
+    user = await conn.fetchval(
+        "INSERT INTO users (id, tenant_id, external_id) VALUES (gen_random_uuid(), 't', 'u') RETURNING id"
+    )
+    at = dt.datetime(OLD.year, OLD.month, OLD.day, 12, tzinfo=dt.UTC)
+    nid = await conn.fetchval(
+        "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data, status,"
+        " created_at) VALUES (gen_random_uuid(), 't', 'e', 'x', $1, 'push', '{}', 'sent', $2) RETURNING id",
+        user,
+        at,
+    )
+    await conn.execute(
+        "INSERT INTO engagement (notification_id, type, tenant_id, notification_created_at, first_at, last_at,"
+        " source) VALUES ($1, 'opened', 't', $2, $2, $2, 'api')",
+        nid,
+        at,
+    )
+
+
+async def test_a_day_drops_while_an_accept_holds_users(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partitions, "LOCK_TRIES", 1)  # one try: waiting for users would fail it
+    upkeep, accept = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        await _old_day(upkeep)
+        async with accept.transaction():  # an accept between its user upsert and its insert
+            await accept.execute(
+                "INSERT INTO users (id, tenant_id, external_id) VALUES (gen_random_uuid(), 't', 'v')"
+            )
+            report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+            await accept.execute(
+                "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data)"
+                " SELECT gen_random_uuid(), 't', 'e2', 'x', id, 'push', '{}' FROM users WHERE external_id = 'v'"
+            )
+    finally:
+        await upkeep.close()
+        await accept.close()
+    day = f"p{OLD:%Y%m%d}"
+    assert {f"engagement_{day}", f"notifications_{day}"} <= set(report.dropped)
+
+
+async def test_the_detach_gives_up_behind_a_long_reader_and_keeps_the_day(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partitions, "LOCK_TRIES", 2)
+    monkeypatch.setattr(partitions, "LOCK_PAUSE_S", 0.0)
+    upkeep, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        await _old_day(upkeep)
+        async with reader.transaction():  # a search still reading the log
+            await reader.fetchval("SELECT count(*) FROM notifications")
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+        for parent in ("notifications", "engagement"):  # the day and what goes with it, whole
+            assert OLD in await partitions.existing_days(upkeep, parent=parent)
+            assert await upkeep.fetchval(f"SELECT count(*) FROM {parent}") == 1
+        report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+        assert partitions.partition_name("notifications", OLD) in report.dropped
+    finally:
+        await upkeep.close()
+        await reader.close()
+
+
+async def test_a_day_left_detached_goes_on_the_next_run(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await maintain(conn=conn, today=OLD, retention_days=30, partitions_ahead=0)
+        name = partitions.partition_name("delivery_attempts", OLD)
+        await conn.execute(f"ALTER TABLE delivery_attempts DETACH PARTITION {name}")  # then the run stopped
+        report = await maintain(conn=conn, today=LATER, retention_days=30, partitions_ahead=0)
+        assert name in report.dropped
+        assert await conn.fetchval("SELECT to_regclass($1)", name) is None
+    finally:
+        await conn.close()
+
+
+async def test_creating_a_day_gives_up_behind_a_long_reader(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partitions, "LOCK_TRIES", 2)
+    monkeypatch.setattr(partitions, "LOCK_PAUSE_S", 0.0)
+    upkeep, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        async with reader.transaction():
+            await reader.fetchval("SELECT count(*) FROM notifications")
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0)
+        assert await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0) == [
+            partitions.partition_name("notifications", OLD)
+        ]
+    finally:
+        await upkeep.close()
+        await reader.close()
