@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,27 +42,23 @@ def wait_listening(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | 
     raise TimeoutError(f"nothing listened on port {port} within {timeout_s}s")
 
 
+@dataclass(eq=False)
 class Proc:
     """One child process in a process group of its own, its output in ``log_path``."""
 
-    def __init__(
-        self,
-        name: str,
-        argv: list[str],
-        *,
-        log_dir: Path,
-        env: dict[str, str] | None = None,
-        user: str | None = None,
-        stdout_pipe: bool = False,
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.user = user
-        self.stdout_pipe = stdout_pipe
-        self.log_path = log_dir / f"{name}.log"
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+    name: str
+    argv: list[str]
+    _: KW_ONLY
+    log_dir: InitVar[Path]
+    env: dict[str, str] | None = None
+    user: str | None = None
+    stdout_pipe: bool = False
+    log_path: Path = field(init=False)
+    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    starts: int = field(default=0, init=False)
+
+    def __post_init__(self, log_dir: Path) -> None:
+        self.log_path = log_dir / f"{self.name}.log"
 
     @property
     def pid(self) -> int | None:
