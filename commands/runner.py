@@ -23,6 +23,7 @@ from clarion.kafka import Publisher, create_topics
 from clarion.log_maintenance import Maintainer, MaintenanceReport
 from clarion.pg import asyncpg_dsn, create_pool
 from clarion.settings import Settings
+from clarion.tasks import running
 from clarion.tenants import create_api_key, ensure_tenant
 from commands.api_workers import reuse_port_socket
 from core import ssrf
@@ -160,15 +161,14 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
     metrics.serve_metrics(settings.metrics_port)
     engine = create_engine(settings.database_url, pool_size=2)
     publisher = Publisher(settings.kafka_bootstrap or "")
-    upkeep = asyncio.create_task(log_maintainer(settings).run(), name="clarion-log-maintenance")
     try:
-        async with Relay.from_settings(engine, publisher, settings).running():
+        async with (
+            running(log_maintainer(settings).run(), name="clarion-log-maintenance"),
+            Relay.from_settings(engine, publisher, settings).running(),
+        ):
             gc.freeze()  # what start-up built lives as long as the process (see serve_api)
             await stop()
     finally:
-        upkeep.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await upkeep
         await publisher.close()
         await engine.dispose()
 
@@ -213,14 +213,11 @@ async def run_webhooks(settings: Settings, stop: Callable[[], Awaitable[None]]) 
     metrics.serve_metrics(settings.metrics_port)
     pool = await create_pool(settings.database_url, size=min(settings.db_pool_size, 10))
     deliverer = WebhookDeliverer(pool=pool, settings=delivery_settings(settings))
-    task = asyncio.create_task(deliverer.run())
-    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
     try:
-        await stop()
+        async with running(deliverer.run()):
+            gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+            await stop()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await pool.close()
 
 
