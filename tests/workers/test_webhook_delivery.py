@@ -22,7 +22,6 @@ from tests.fixtures.hooks import sent_notification
 from tests.fixtures.sends import email_send
 from tests.fixtures.webhook_receiver import Receiver
 from tests.fixtures.webhooks import (
-    allow_local,
     deliveries,
     disable_tenant_endpoints,
     emit,
@@ -32,14 +31,6 @@ from tests.fixtures.webhooks import (
 )
 
 OPENED = ["notification.opened"]
-
-
-@pytest.fixture(scope="module")
-async def local_api(settings: Settings) -> AsyncIterator[ApiServer]:
-    server = ApiServer(allow_local(settings))
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture
