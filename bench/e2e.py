@@ -20,14 +20,13 @@ import os
 import resource
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import asyncpg
 
-from bench.load import Driver, LoadPlan
+from bench.load import LoadPlan
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
@@ -124,17 +123,20 @@ class Measurement:
         cpu["whole machine"] = machine_busy_s()
         return cpu
 
-    async def run(
-        self, drive: Driver, *, warm_up: Driver, concurrency: int, delivered: Callable[[int], Awaitable[bool]]
-    ) -> None:
-        """Warm up (200 sends, until delivered), then ``drive`` the load and wait until every send
-        it made is delivered (``delivered(n)``: at least n delivered so far)."""
-        await warm_up()  # also lets the workers join their group
+    async def run(self, plan: LoadPlan, *, url: str, key: str, conn: asyncpg.Connection) -> None:
+        """Warm up (200 sends, until delivered), then drive ``plan``'s load at the API at ``url``
+        with ``key`` and wait until every send it made is delivered (``sent`` rows in ``conn``'s
+        database)."""
+
+        async def delivered(n: int) -> bool:
+            return await count_at_least(conn, "sent", n)
+
+        await plan.warm_up(url, key)()  # also lets the workers join their group
         await wait_until(lambda: delivered(200), 60)
-        self.concurrency = concurrency
+        self.concurrency = plan.concurrency
         before = self._cpu()
         start = time.perf_counter()
-        load = await drive()
+        load = await plan.driver(url, key)()
         self.count, self.accept_s, self.p50_s, self.p99_s = load.sent, load.elapsed_s, load.p50_s, load.p99_s
         await wait_until(lambda: delivered(200 + load.sent), 600, 0.05)
         self.delivered_s = time.perf_counter() - start
@@ -183,12 +185,7 @@ async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measur
             await wait_until(lambda: len(children_of(procs[0].pid)) == api_workers, 30)
             processes.update({f"0 api process {pid}": pid for pid in children_of(procs[0].pid)})
         measurement = Measurement(processes, broker_pid=broker.pid)
-        await measurement.run(
-            plan.driver(api_url, tenant.key),
-            warm_up=plan.warm_up(api_url, tenant.key),
-            concurrency=plan.concurrency,
-            delivered=lambda n: count_at_least(conn, "sent", n),
-        )
+        await measurement.run(plan, url=api_url, key=tenant.key, conn=conn)
         await conn.close()
         route = "POST /v1/notifications" + ("" if plan.batch == 1 else "/batch")
         print_figures(

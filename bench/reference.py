@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import Measurement, count_at_least, print_figures, ready
+from bench.e2e import Measurement, print_figures, ready
 from bench.load import LoadPlan
 from clarion.broker import TansuBroker, free_port
 from clarion.kafka import create_topics
@@ -241,12 +241,7 @@ async def run_reference(plan: LoadPlan) -> Measurement:
         measurement = Measurement(
             {role: proc.pid for role, proc in reference.procs.items()}, broker_pid=broker.pid
         )
-        await measurement.run(
-            plan.driver(url, reference.key),
-            warm_up=plan.warm_up(url, reference.key),
-            concurrency=plan.concurrency,
-            delivered=lambda n: count_at_least(conn, "sent", n),
-        )
+        await measurement.run(plan, url=url, key=reference.key, conn=conn)
         await conn.close()
         print_figures(
             f"Reference pipeline (FastAPI + asyncpg + aiokafka + Redis + aiohttp; load: {plan.describe()})",
