@@ -27,9 +27,10 @@ import aiohttp
 import asyncpg
 
 from bench.load import LoadPlan
-from clarion.broker import TansuBroker, free_port
+from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
+from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from harness.tenants import make_tenant

@@ -39,9 +39,10 @@ from pydantic import BaseModel, EmailStr
 
 from bench.e2e import Measurement, print_figures, ready
 from bench.load import LoadPlan
-from clarion.broker import TansuBroker, free_port
+from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
+from clarion.ports import free_port
 from harness.services import drop_database, pg_url, wait_until
 from schema.db import ensure_database
 

@@ -13,7 +13,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,25 +20,9 @@ import time
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
 
+from clarion.ports import free_port, wait_listening
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_listening(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Return once 127.0.0.1:``port`` accepts connections; raise if ``proc`` exits or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on port {port} within {timeout_s}s")
 
 
 @dataclass(eq=False)

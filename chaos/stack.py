@@ -21,7 +21,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from chaos.procs import Broker, PrivatePostgres, PrivateRedis, Proc, Supervisor, free_port, wait_listening
+from chaos.procs import Broker, PrivatePostgres, PrivateRedis, Proc, Supervisor
+from clarion.ports import free_port, wait_listening
 
 TERMINAL = ("sent", "failed", "suppressed", "throttled", "duplicate", "cancelled", "expired", "dead")
 

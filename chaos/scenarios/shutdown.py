@@ -13,10 +13,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from chaos.procs import Proc, wait_listening
+from chaos.procs import Proc
 from chaos.report import Result
 from chaos.scenarios.common import scaled, settle, start_load
 from chaos.stack import Stack, StackOptions
+from clarion.ports import wait_listening
 
 FULL = 5_000
 
