@@ -154,6 +154,18 @@ class Stack:
     async def close(self) -> None:
         await asyncio.to_thread(self.sup.close)
 
+    async def __aenter__(self) -> Stack:
+        """``start``ed; a start that fails part way stops what it had started before it raises."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def _start_fake(self, kind: str) -> Fake:
         args = [kind, "--port", str(free_port())]
         for knob, value in self.options.storm.items():
