@@ -66,22 +66,24 @@ def _token() -> str:
     return secrets.token_urlsafe(24)
 
 
-async def wait_for_signal() -> None:
-    stop = asyncio.Event()
+def _signalled() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM, whose handlers replace the default kill from now on."""
+    stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+        loop.add_signal_handler(sig, stopping.set)
+    return stopping
+
+
+async def wait_for_signal() -> None:
+    await _signalled().wait()
 
 
 async def until_signal(run: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]) -> None:
     """Run ``run(stop)`` where ``stop()`` returns on SIGINT or SIGTERM. The handlers are installed
     before ``run`` starts anything, so a signal during start-up still ends in a clean stop (the
     part finishes starting, then stops) rather than the default kill."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
+    stopping = _signalled()
 
     async def stop() -> None:
         await stopping.wait()
