@@ -28,6 +28,7 @@ from clarion.lag import LagReader, LagUnavailable, PartitionLag, lane_topics
 from providers.registry import REAL_PROVIDERS
 from schema.enums import TERMINAL_STATUSES, Channel
 from schema.messages import LANES
+from schema.shown_status import SHOWN_STATUS_SQL
 
 _TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
 BREAKER_NAMES = {0: "closed", 1: "half_open", 2: "open"}
@@ -51,7 +52,7 @@ _DEAD_SQL = "SELECT channel, count(*) AS n FROM notifications WHERE status = 'de
 _COUNTS = """
 SELECT channel,
        CASE WHEN priority = 'bulk' THEN 'bulk' ELSE 'main' END AS lane,
-       status,
+       {shown_status} AS status,
        count(*) AS n,
        count(*) FILTER (WHERE created_at >= now() - interval '60 seconds') AS accepted_1m,
        count(*) FILTER (WHERE status = ANY(:terminal) AND updated_at >= now() - interval '60 seconds')
@@ -60,8 +61,8 @@ SELECT channel,
  WHERE {tenant} created_at >= now() - make_interval(secs => :window_s)
  GROUP BY 1, 2, 3
 """
-_COUNTS_SQL = sa.text(_COUNTS.format(tenant="tenant_id = :tenant AND"))
-_ALL_COUNTS_SQL = sa.text(_COUNTS.format(tenant=""))
+_COUNTS_SQL = sa.text(_COUNTS.format(tenant="tenant_id = :tenant AND", shown_status=SHOWN_STATUS_SQL))
+_ALL_COUNTS_SQL = sa.text(_COUNTS.format(tenant="", shown_status=SHOWN_STATUS_SQL))
 
 
 async def _tenant_view() -> tuple[None, str]:

@@ -1,17 +1,16 @@
-"""Preferences (opt in/out per channel, category, or channel within a category), the tenant's
-categories, and the signed tokens that let a person manage their own preferences.
+"""Preferences: opt in/out per channel, category, or channel within a category.
+
+The tenant's categories are `api.categories`; the signed links that let a person manage their own
+preferences, `api.preference_links`.
 
 What is guaranteed:
 - an opt-out of a ``required`` category is refused (``422 category_required``): such messages
   (security alerts, OTPs) are always delivered;
-- a user-side request with a forged, expired or misused token is refused with ``403
-  invalid_token`` and changes nothing;
 - one-click unsubscribe is idempotent: repeating it leaves the same single opt-out.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Literal
 from uuid import UUID
 
@@ -20,16 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api.categories import CategoryOut, categories_of
 from api.errors import ApiError
 from api.models import NAME
 from api.users import user_id_for
-from clarion.settings import Settings
-from clarion.tokens import InvalidToken, TokenClaims, make_token, verify_token
 from core.preferences import ANY, CategoryRule, decide
 from schema.enums import Channel
-from schema.models import Category, Preference, User
+from schema.models import Category, Preference
 
-_users = User.__table__  # type: ignore[attr-defined]
 _prefs = Preference.__table__  # type: ignore[attr-defined]
 _categories = Category.__table__  # type: ignore[attr-defined]
 
@@ -58,30 +55,6 @@ class PreferencesIn(BaseModel):
         return self
 
 
-class CategoryIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    default_opted_in: bool = Field(
-        default=True, strict=True, description="whether users are in until they opt out"
-    )
-    required: bool = Field(
-        default=False, strict=True, description="cannot be opted out of (security alerts, OTPs)"
-    )
-    email_quiet_hours: bool = Field(
-        default=False, strict=True, description="hold email during quiet hours too"
-    )
-
-    @model_validator(mode="after")
-    def _coherent(self) -> CategoryIn:
-        if self.required and not self.default_opted_in:
-            raise ValueError("a required category is always opted in (default_opted_in must be true)")
-        return self
-
-
-class CategoryOut(CategoryIn):
-    model_config = ConfigDict(extra="ignore")
-    name: str
-
-
 class PreferencesOut(BaseModel):
     preferences: list[PreferenceIn] = Field(description="the user's explicit choices")
     categories: list[CategoryOut] = Field(description="the tenant's declared categories")
@@ -90,55 +63,11 @@ class PreferencesOut(BaseModel):
     )
 
 
-# --- categories -----------------------------------------------------------------------------------
-
-
-async def put_category(
-    *, engine: AsyncEngine, tenant_id: str, name: str, category: CategoryIn
-) -> tuple[CategoryOut, bool]:
-    """Declare or change a category; returns it and whether it was created."""
-    values = category.model_dump()
-    base = insert(_categories).values(tenant_id=tenant_id, name=name, **values)
-    stmt = base.on_conflict_do_update(index_elements=["tenant_id", "name"], set_=values).returning(
-        sa.literal_column("xmax = 0", sa.Boolean).label("inserted")
-    )
-    async with engine.begin() as conn:
-        created = bool((await conn.execute(stmt)).scalar_one())
-    return CategoryOut(name=name, **values), created
-
-
-async def get_category(*, engine: AsyncEngine, tenant_id: str, name: str) -> CategoryOut:
-    """The declared category; ``ApiError`` 404 when it was never declared."""
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                sa.select(_categories).where(_categories.c.tenant_id == tenant_id, _categories.c.name == name)
-            )
-        ).first()
-    if row is None:
-        raise ApiError(404, "unknown_category", f"No category '{name}'.")
-    return CategoryOut.model_validate(row, from_attributes=True)
-
-
-async def list_categories(*, engine: AsyncEngine, tenant_id: str) -> list[CategoryOut]:
-    async with engine.connect() as conn:
-        return await _categories_of(conn, tenant_id)
-
-
-async def _categories_of(conn: AsyncConnection, tenant_id: str) -> list[CategoryOut]:
-    rows = (
-        await conn.execute(
-            sa.select(_categories).where(_categories.c.tenant_id == tenant_id).order_by(_categories.c.name)
-        )
-    ).all()
-    return [CategoryOut.model_validate(r, from_attributes=True) for r in rows]
-
-
 # --- preferences ----------------------------------------------------------------------------------
 
 
 async def _preferences_out(conn: AsyncConnection, *, tenant_id: str, user_id: UUID) -> PreferencesOut:
-    categories = await _categories_of(conn, tenant_id)
+    categories = await categories_of(conn, tenant_id)
     rows = (
         await conn.execute(
             sa.select(_prefs.c.channel, _prefs.c.category, _prefs.c.opted_in)
@@ -240,60 +169,6 @@ async def unsubscribe(*, engine: AsyncEngine, tenant_id: str, user_id: UUID, cat
     )
 
 
-# --- tokens ---------------------------------------------------------------------------------------
-
-
-def _secrets(settings: Settings) -> list[str]:
-    return [
-        settings.secret_key.get_secret_value(),
-        *(s.get_secret_value() for s in settings.previous_secret_keys),
-    ]
-
-
-async def claims_for(
-    *, engine: AsyncEngine, settings: Settings, token: str | None, purposes: set[str]
-) -> TokenClaims:
-    """The verified claims of a user-side token whose user still exists; else ``403 invalid_token``."""
-    try:
-        claims = verify_token(token or "", secrets=_secrets(settings), purposes=purposes)
-    except InvalidToken:
-        raise ApiError(403, "invalid_token", "This link is invalid or has expired.") from None
-    async with engine.connect() as conn:
-        exists = (
-            await conn.execute(
-                sa.select(sa.literal(1)).where(
-                    _users.c.id == claims.user_id, _users.c.tenant_id == claims.tenant_id
-                )
-            )
-        ).first()
-    if exists is None:
-        raise ApiError(403, "invalid_token", "This link is invalid or has expired.")
-    return claims
-
-
-class PreferencesLink(BaseModel):
-    url: str
-    token: str
-    expires_at: datetime
-
-
-def preferences_link(*, settings: Settings, tenant_id: str, user_id: UUID) -> PreferencesLink:
-    """A signed link to the user's preference page, valid ``preference_token_ttl_s``."""
-    token = make_token(
-        secret=settings.secret_key.get_secret_value(),
-        tenant_id=tenant_id,
-        user_id=user_id,
-        purpose="preferences",
-        ttl_s=settings.preference_token_ttl_s,
-    )
-    expires = datetime.now(UTC).timestamp() + settings.preference_token_ttl_s
-    return PreferencesLink(
-        url=f"{settings.base_url.rstrip('/')}/preferences?token={token}",
-        token=token,
-        expires_at=datetime.fromtimestamp(int(expires), UTC),
-    )
-
-
 # --- by external id (service side) -----------------------------------------------------------------
 
 
@@ -316,11 +191,3 @@ async def replace_user_preferences(
     return await set_preferences(
         engine=engine, tenant_id=tenant_id, user_id=user_id, entries=entries, replace=True
     )
-
-
-async def user_preferences_link(
-    *, engine: AsyncEngine, settings: Settings, tenant_id: str, external_id: str
-) -> PreferencesLink:
-    """A signed preference-page link for a user named by external id (404 ``unknown_user``)."""
-    user_id = await _internal_id(engine, tenant_id, external_id)
-    return preferences_link(settings=settings, tenant_id=tenant_id, user_id=user_id)

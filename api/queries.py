@@ -11,7 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.engagement_models import EngagementOut
 from api.models import AttemptOut, ErrorInfo, NotificationOut, SandboxMessageOut, Transition
 from schema.ids import created_window
-from schema.models import DeliveryAttempt, Engagement, Notification, SandboxMessage, User
+from schema.log_models import DeliveryAttempt, Engagement, Notification, SandboxMessage
+from schema.models import User
+from schema.shown_status import shown_history, shown_status
 
 _n = Notification.__table__  # type: ignore[attr-defined]
 _u = User.__table__  # type: ignore[attr-defined]
@@ -31,14 +33,16 @@ def notification_out(row: Any, attempts: list[Any], engagement: list[Any] | None
         priority=row.priority,
         template=row.template,
         template_version=row.template_version,
-        status=row.status,
+        status=shown_status(status=row.status, queued_at=row.queued_at),
         attempts=row.attempts,
         provider=row.provider,
         provider_message_id=row.provider_message_id,
         error=ErrorInfo(code=row.error_code, message=row.error_message) if row.error_code else None,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        history=[Transition.model_validate(h) for h in row.history],
+        history=[
+            Transition.model_validate(h) for h in shown_history(history=row.history, queued_at=row.queued_at)
+        ],
         delivery_attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in attempts],
         engagement=[
             EngagementOut(

@@ -1,4 +1,4 @@
-"""Managing a tenant's rate-limit rules and its content-dedupe window.
+"""Managing a tenant's rate-limit rules (its delivery settings: `api.tenant_settings`).
 
 A tenant sees and changes only its own rules; global rules (``tenant_id`` NULL, e.g. provider
 pacing shared by every tenant) are managed in the database by operators. Every change bumps
@@ -36,22 +36,21 @@ when several rules apply (see `workers.throttle`). So:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from uuid import UUID
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError
-from api.json_types import JSON_NUMBER, JsonInt
+from api.json_types import JsonInt
 from core.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 from providers.registry import REAL_PROVIDERS
 from schema.enums import Channel
-from schema.models import RateLimitRule, Tenant
+from schema.models import RateLimitRule
 
 _rules = RateLimitRule.__table__  # type: ignore[attr-defined]
-_tenants = Tenant.__table__  # type: ignore[attr-defined]
 
 KNOWN_PROVIDERS = frozenset({field_name for field_name, _ in REAL_PROVIDERS.values()} | {"smtp", "sandbox"})
 PROVIDER_CHANNELS: dict[str, frozenset[str]] = {
@@ -61,7 +60,6 @@ PROVIDER_CHANNELS: dict[str, frozenset[str]] = {
 """The channels each provider account sends on (the sandbox stands in for every channel)."""
 INGRESS_SCOPES = frozenset({"tenant", "api_key"})
 MAX_PERIOD_S = 31 * 24 * 3600.0
-MAX_DEDUPE_WINDOW_S = 7 * 24 * 3600
 
 
 class RateLimitIn(BaseModel):
@@ -163,25 +161,6 @@ class RateLimitOut(BaseModel):
     enabled: bool
     created_at: datetime
     updated_at: datetime
-
-
-class TenantSettingsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    content_dedupe_window_s: Annotated[int, Field(ge=1, le=MAX_DEDUPE_WINDOW_S), JSON_NUMBER] | None = Field(
-        description="the same rendered content to the same user on the same channel within this many "
-        "seconds is recorded as 'duplicate' and not sent; null turns content dedupe off",
-    )
-    email_tracking: StrictBool = Field(
-        default=False,
-        description="Clarion's own email tracking for every email of the tenant: links redirect through "
-        "/t/c/ and an open pixel /t/o/ is added to the HTML; a template version's track_email overrides it",
-    )
-
-
-class TenantSettingsOut(BaseModel):
-    content_dedupe_window_s: int | None
-    email_tracking: bool
 
 
 def _values(rule: RateLimitIn) -> dict[str, Any]:
@@ -305,39 +284,3 @@ async def delete_rule(*, engine: AsyncEngine, tenant_id: str, rule_id: UUID) -> 
         )
     if not result.rowcount:
         raise _not_found(rule_id)
-
-
-async def get_tenant_settings(*, engine: AsyncEngine, tenant_id: str) -> TenantSettingsOut:
-    """The tenant's delivery settings."""
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                sa.select(_tenants.c.content_dedupe_window_s, _tenants.c.email_tracking).where(
-                    _tenants.c.id == tenant_id
-                )
-            )
-        ).one()
-    return TenantSettingsOut(
-        content_dedupe_window_s=row.content_dedupe_window_s, email_tracking=row.email_tracking
-    )
-
-
-async def update_tenant_settings(
-    *, engine: AsyncEngine, tenant_id: str, settings: TenantSettingsIn
-) -> TenantSettingsOut:
-    """Replace the tenant's delivery settings; workers apply them within a few seconds."""
-    async with engine.begin() as conn:
-        row = (
-            await conn.execute(
-                _tenants.update()
-                .where(_tenants.c.id == tenant_id)
-                .values(
-                    content_dedupe_window_s=settings.content_dedupe_window_s,
-                    email_tracking=settings.email_tracking,
-                )
-                .returning(_tenants.c.content_dedupe_window_s, _tenants.c.email_tracking)
-            )
-        ).one()
-    return TenantSettingsOut(
-        content_dedupe_window_s=row.content_dedupe_window_s, email_tracking=row.email_tracking
-    )

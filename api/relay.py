@@ -1,10 +1,12 @@
 """The outbox relay: republishes from the log whatever the broker does not (or no longer) hold.
 
 Each pass picks, with ``FOR UPDATE SKIP LOCKED`` so several relays share the work:
-- ``accepted`` rows older than the grace period (the API's publish never reached the broker);
+- ``accepted`` rows without ``queued_at`` older than the grace period (the API's publish never
+  reached the broker);
 - ``retrying`` / ``delayed`` / ``scheduled`` rows whose ``not_before`` has come;
 - ``sending`` rows whose lease expired (a worker died between claim and record);
-- ``queued`` rows not republished for ``stale_queued_s`` (the broker lost its data).
+- queued rows (``accepted`` with ``queued_at``, or ``queued`` as written before migration 0010)
+  not republished for ``stale_queued_s`` (the broker lost its data).
 
 A republished message carries the notification's stored traceparent in its record headers, so
 the worker's spans join the trace its accept began, however late the message comes.
@@ -32,14 +34,16 @@ PICK = sa.text(
     """
     WITH due AS (
         SELECT id, created_at FROM notifications
-         WHERE (status = 'accepted' AND coalesce(published_at, created_at) < now() - make_interval(secs => :grace_s))
+         WHERE (status = 'accepted' AND queued_at IS NULL
+                AND coalesce(published_at, created_at) < now() - make_interval(secs => :grace_s))
             OR (status IN ('retrying', 'delayed', 'scheduled') AND not_before <= now()
                 AND (published_at IS NULL OR published_at < not_before
                      OR published_at < now() - make_interval(secs => :stale_s)))
             OR (status = 'sending' AND lease_until < now()
                 AND (published_at IS NULL OR published_at < lease_until
                      OR published_at < now() - make_interval(secs => :stale_s)))
-            OR (status = 'queued' AND published_at < now() - make_interval(secs => :stale_s))
+            OR ((status = 'queued' OR (status = 'accepted' AND queued_at IS NOT NULL))
+                AND published_at < now() - make_interval(secs => :stale_s))
          ORDER BY created_at
          LIMIT :limit
          FOR UPDATE SKIP LOCKED

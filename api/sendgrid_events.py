@@ -1,28 +1,23 @@
 """The SendGrid Event Webhook: a signed JSON batch of events about the emails Clarion sent.
 
 What each event does (status history, opt-outs, engagement, replays) is described in
-``api.webhooks``; this module verifies the batch (SendGrid's ECDSA P-256 signature over timestamp +
-raw body, docs/providers.md 4.5) and records it in one transaction.
+``api.webhooks``; this module checks the batch's signature (`api.sendgrid_signature`) and records
+it in one transaction.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import functools
 import json
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 import asyncpg
-from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
-from sendgrid.helpers.eventwebhook import EventWebhook
 
 from api.engagement import clamp, count_recorded
 from api.errors import ApiError
+from api.sendgrid_signature import check_key, sendgrid_signature_valid
 from api.webhooks import OptOut, WebhookResult, count_event, now_iso, opt_out_all
 from core.engagement import EngagementEvent, record_engagement
 from schema.enums import EngagementType
@@ -44,9 +39,6 @@ SENDGRID_ENGAGEMENT = {
     "spamreport": EngagementType.complained,
 }
 _ENGAGEMENT_ONLY_EVENT = {EngagementType.opened: "open", EngagementType.clicked: "click"}
-SENDGRID_MAX_AGE_S = 600.0
-SENDGRID_SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
-SENDGRID_TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
 
 
 _FIND_EMAILS = """
@@ -65,47 +57,6 @@ UPDATE notifications n
   FROM unnest($1::uuid[], $2::text[]) AS v(id, added)
  WHERE n.id = v.id AND n.created_at BETWEEN $3 AND $4
 """
-
-
-@functools.lru_cache(maxsize=4)
-def _ecdsa_key(public_key: str) -> EllipticCurvePublicKey:
-    key = EventWebhook().convert_public_key_to_ecdsa(public_key)
-    assert isinstance(key, EllipticCurvePublicKey)
-    return key
-
-
-def sendgrid_signature_valid(
-    *,
-    public_key: str,
-    payload: bytes,
-    signature: str | None,
-    timestamp: str | None,
-    now_s: float | None = None,
-    max_age_s: float = SENDGRID_MAX_AGE_S,
-) -> bool:
-    """Whether ``signature`` is SendGrid's over ``timestamp`` + the raw ``payload`` for the base64 DER
-    ``public_key`` (via the SDK's ``EventWebhook``), and the timestamp is at most ``max_age_s``
-    seconds from now (an old, replayed batch is refused)."""
-    if not signature or not timestamp:
-        return False
-    try:
-        age_s = (time.time() if now_s is None else now_s) - int(timestamp)
-        if abs(age_s) > max_age_s:
-            return False
-        key = _ecdsa_key(public_key)
-        return bool(EventWebhook().verify_signature(payload.decode("utf-8"), signature, timestamp, key))
-    except (ValueError, TypeError, binascii.Error):
-        return False
-
-
-def _check_key(public_key: str) -> None:
-    try:
-        base64.b64decode(public_key, validate=True)
-        _ecdsa_key(public_key)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise ApiError(
-            503, "not_configured", "The configured SendGrid webhook public key is not a valid key."
-        ) from exc
 
 
 def _event_marker(event: dict[str, Any]) -> str | None:
@@ -252,7 +203,7 @@ async def record_sendgrid_events(
     """
     if public_key is None:
         raise ApiError(404, "not_configured", "The SendGrid Event Webhook is not configured.")
-    _check_key(public_key)
+    check_key(public_key)
     if not sendgrid_signature_valid(
         public_key=public_key, payload=payload, signature=signature, timestamp=timestamp
     ):

@@ -6,7 +6,7 @@ Guarantees:
   holds when an older version is activated again;
 - creating a version never changes an existing one; with ``activate`` it becomes the only active
   version of its (name, channel, locale), atomically (concurrent creates get distinct versions);
-- a preview renders exactly what a send would (same locale fallback, same sandbox and limits).
+- a preview renders exactly what a send would (`api.template_preview`).
 """
 
 from __future__ import annotations
@@ -14,22 +14,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api.accept_checks import render_error
 from api.errors import ApiError
 from api.models import NAME
-from core.render import Renderer, RenderError
-from core.templates import resolve_template
+from api.template_preview import LOCALE, render_checked
+from core.render import Renderer
 from schema.enums import Channel
 from schema.ids import uuid7
 from schema.models import Template
 
 _templates = Template.__table__  # type: ignore[attr-defined]
-LOCALE = r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$"
 
 
 class TemplateIn(BaseModel):
@@ -79,14 +76,6 @@ class ActivateIn(BaseModel):
     version: int = Field(ge=1, le=2_147_483_647)
 
 
-class PreviewIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    channel: Channel
-    locale: str | None = Field(default=None, max_length=35, pattern=LOCALE)
-    version: int | None = Field(default=None, ge=1, le=2_147_483_647)
-    data: dict[str, Any] = Field(default_factory=dict)
-
-
 class TemplateOut(BaseModel):
     name: str
     channel: str
@@ -100,17 +89,6 @@ class TemplateOut(BaseModel):
     track_email: bool | None
     sample_data: dict[str, Any]
     created_at: datetime
-
-
-class PreviewOut(BaseModel):
-    name: str
-    channel: str
-    locale: str = Field(description="the locale actually used, after fallback")
-    version: int
-    subject: str | None
-    title: str | None
-    body: str
-    html: str | None
 
 
 def _out(row: Any) -> TemplateOut:
@@ -129,22 +107,6 @@ def _out(row: Any) -> TemplateOut:
         sample_data=row.sample_data or {},
         created_at=row.created_at,
     )
-
-
-async def _check_renders(
-    renderer: Renderer,
-    *,
-    subject: str | None,
-    body: str,
-    html: str | None,
-    data: dict[str, Any],
-    tenant: str | None = None,
-) -> None:
-    try:
-        # render_async compiles too (off the event loop): a syntax error is reported the same way.
-        await renderer.render_async(subject=subject, body=body, html=html, data=data, tenant=tenant)
-    except RenderError as exc:
-        raise render_error(exc) from None
 
 
 async def _lock(conn: AsyncConnection, tenant_id: str, name: str, channel: str, locale: str) -> None:
@@ -174,7 +136,7 @@ async def create_template(
     """Store a new version (``max + 1``) of the template; ``422`` when it does not render, ``409
     limit_reached`` when the tenant already holds ``max_templates`` versions."""
     subject = template.title if template.channel is Channel.push else template.subject
-    await _check_renders(
+    await render_checked(
         renderer,
         subject=subject,
         body=template.body,
@@ -243,7 +205,7 @@ async def activate_template(
                 "unknown_template",
                 f"No {channel} template '{name}' version {target.version} in locale '{target.locale}'.",
             )
-        await _check_renders(
+        await render_checked(
             renderer,
             subject=row.subject,
             body=row.body,
@@ -274,37 +236,3 @@ async def list_templates(
     )
     async with engine.connect() as conn:
         return [_out(r) for r in (await conn.execute(query)).all()]
-
-
-async def preview_template(
-    *, pool: asyncpg.Pool, renderer: Renderer, tenant_id: str, default_locale: str, name: str, req: PreviewIn
-) -> PreviewOut:
-    """Render the template a send would use with ``req.data``; ``422`` names the missing variable."""
-    template = await resolve_template(
-        conn=pool,
-        tenant_id=tenant_id,
-        name=name,
-        channel=req.channel.value,
-        locale=req.locale or default_locale,
-        version=req.version,
-        default_locale=default_locale,
-    )
-    if template is None:
-        raise ApiError(404, "unknown_template", f"No {req.channel.value} template '{name}'.")
-    try:
-        content = await renderer.render_async(
-            subject=template.subject, body=template.body, html=template.html, data=req.data, tenant=tenant_id
-        )
-    except RenderError as exc:
-        raise render_error(exc) from None
-    push = req.channel is Channel.push
-    return PreviewOut(
-        name=name,
-        channel=req.channel.value,
-        locale=template.locale,
-        version=template.version,
-        subject=None if push else content.subject,
-        title=content.subject if push else None,
-        body=content.body,
-        html=content.html,
-    )

@@ -25,7 +25,7 @@ from core import ssrf
 from core.webhook_events import EVENT_TYPES, PARK_PENDING, UNPARK_PENDING
 from core.webhook_signing import new_secret
 from schema.ids import uuid7
-from schema.models import WebhookEndpoint
+from schema.webhook_models import WebhookEndpoint
 
 _endpoints = WebhookEndpoint.__table__  # type: ignore[attr-defined]
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]

@@ -16,25 +16,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
 import resource
 import statistics
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import asyncpg
 
-from bench.load import LoadPlan
+from bench.load import Driver, LoadPlan
+from bench.procfs import children_of, cpu_s, machine_busy_s, pids_named
 from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
 from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
-from harness.tenants import make_tenant
+from harness.tenants import TenantInfo, make_tenant
 from schema.db import create_engine
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 async def ready(api_url: str) -> bool:
@@ -44,47 +49,6 @@ async def ready(api_url: str) -> bool:
             return r.status == 200
     except aiohttp.ClientError:
         return False
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc); 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pids_named(name: str) -> list[int]:
-    """The pids of every process whose command name is ``name`` (PostgreSQL's backends, say)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == name:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def children_of(pid: int) -> list[int]:
-    """The pids of the live children of ``pid`` (``clarion api --workers N``'s API processes)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return sorted(found)
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all cores have spent on anything but idle and I/O wait so far (/proc/stat)."""
-    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -124,20 +88,17 @@ class Measurement:
         cpu["whole machine"] = machine_busy_s()
         return cpu
 
-    async def run(self, plan: LoadPlan, *, url: str, key: str, conn: asyncpg.Connection) -> None:
-        """Warm up (200 sends, until delivered), then drive ``plan``'s load at the API at ``url``
-        with ``key`` and wait until every send it made is delivered (``sent`` rows in ``conn``'s
-        database)."""
-
-        async def delivered(n: int) -> bool:
-            return await count_at_least(conn, "sent", n)
-
-        await plan.warm_up(url, key)()  # also lets the workers join their group
+    async def run(
+        self, drive: Driver, *, warm_up: Driver, concurrency: int, delivered: Callable[[int], Awaitable[bool]]
+    ) -> None:
+        """Warm up (200 sends, until delivered), then ``drive`` the load and wait until every send
+        it made is delivered (``delivered(n)``: at least n delivered so far)."""
+        await warm_up()  # also lets the workers join their group
         await wait_until(lambda: delivered(200), 60)
-        self.concurrency = plan.concurrency
+        self.concurrency = concurrency
         before = self._cpu()
         start = time.perf_counter()
-        load = await plan.driver(url, key)()
+        load = await drive()
         self.count, self.accept_s, self.p50_s, self.p99_s = load.sent, load.elapsed_s, load.p50_s, load.p99_s
         await wait_until(lambda: delivered(200 + load.sent), 600, 0.05)
         self.delivered_s = time.perf_counter() - start
@@ -156,7 +117,26 @@ def print_figures(title: str, m: Measurement) -> None:
         print(f"{'CPU ms per notification, ' + name:44} {ms:10.3f}")
 
 
-async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measurement:
+@dataclass(frozen=True)
+class Pipeline:
+    """A running Clarion pipeline: its API, the bench tenant's key, its database, its processes."""
+
+    api_url: str
+    key: str
+    database_url: str
+    processes: dict[str, int]
+    broker_pid: int
+
+
+Prepare = Callable[[str, TenantInfo], Awaitable[None]]
+
+
+@asynccontextmanager
+async def pipeline(
+    plan: LoadPlan, workers: int = 1, api_workers: int = 1, *, prepare: Prepare | None = None
+) -> AsyncIterator[Pipeline]:
+    """A Tansu broker, a fresh database (dropped on exit), the API, the relay and ``workers``
+    workers for ``plan.channel``; ``prepare(database_url, tenant)`` runs before they start."""
     broker = TansuBroker()
     broker.start()
     url = await fresh_database("clarion_bench")
@@ -173,29 +153,20 @@ async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measur
         engine = create_engine(url, pool_size=1)
         tenant = await make_tenant(engine)
         await engine.dispose()
+        if prepare is not None:
+            await prepare(url, tenant)
         api = ("api",) if api_workers == 1 else ("api", "--workers", str(api_workers))
         procs = [ClarionProcess(settings, *api), ClarionProcess(settings, "relay")]
         procs += [ClarionProcess(settings, "worker", plan.channel) for _ in range(workers)]
         for p in procs:
             p.start()
         api_url = f"http://127.0.0.1:{settings.api_port}"
-        conn = await asyncpg.connect(asyncpg_dsn(url))
         await wait_until(lambda: ready(api_url), 30)
         processes = {f"{i} {' '.join(p.args)}": p.pid for i, p in enumerate(procs)}
         if api_workers > 1:  # the supervisor idles: its API processes do the work
             await wait_until(lambda: len(children_of(procs[0].pid)) == api_workers, 30)
             processes.update({f"0 api process {pid}": pid for pid in children_of(procs[0].pid)})
-        measurement = Measurement(processes, broker_pid=broker.pid)
-        await measurement.run(plan, url=api_url, key=tenant.key, conn=conn)
-        await conn.close()
-        route = "POST /v1/notifications" + ("" if plan.batch == 1 else "/batch")
-        print_figures(
-            f"Clarion ({route}, {plan.channel}, {api_workers} API process(es), {workers} worker process(es), "
-            "relay apart; "
-            f"load: {plan.describe()})",
-            measurement,
-        )
-        return measurement
+        yield Pipeline(api_url, tenant.key, url, processes, broker.pid)
     finally:
         for p in procs:
             p.stop(10)
@@ -203,11 +174,46 @@ async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measur
         await drop_database(url)
 
 
-async def count_at_least(conn: asyncpg.Connection, status: str, at_least: int) -> bool:
-    """At least ``at_least`` rows of the connection's ``notifications`` table have ``status``."""
+async def measure(p: Pipeline, plan: LoadPlan, drive: Driver | None = None) -> Measurement:
+    """One ``Measurement.run`` of ``plan`` (or ``drive``) on a running pipeline; only notifications
+    created from now on count as delivered, so it can run more than once, or on a filled log."""
+    conn = await asyncpg.connect(asyncpg_dsn(p.database_url))
+    try:
+        since = await conn.fetchval("SELECT now()")
+        measurement = Measurement(p.processes, broker_pid=p.broker_pid)
+        await measurement.run(
+            drive or plan.driver(p.api_url, p.key),
+            warm_up=plan.warm_up(p.api_url, p.key),
+            concurrency=plan.concurrency,
+            delivered=lambda n: count_at_least(conn, "sent", n, since=since),
+        )
+    finally:
+        await conn.close()
+    return measurement
+
+
+def describe(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> str:
+    route = "POST /v1/notifications" + ("" if plan.batch == 1 else "/batch")
     return (
-        int(await conn.fetchval("SELECT count(*) FROM notifications WHERE status = $1", status)) >= at_least
+        f"Clarion ({route}, {plan.channel}, {api_workers} API process(es), {workers} worker process(es), "
+        f"relay apart; load: {plan.describe()})"
     )
+
+
+async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measurement:
+    async with pipeline(plan, workers, api_workers) as p:
+        measurement = await measure(p, plan)
+    print_figures(describe(plan, workers, api_workers), measurement)
+    return measurement
+
+
+async def count_at_least(
+    conn: asyncpg.Connection, status: str, at_least: int, *, since: dt.datetime = EPOCH
+) -> bool:
+    """At least ``at_least`` rows of the connection's ``notifications`` table created at or after
+    ``since`` have ``status`` (a ``since`` of today's run skips the partitions of other days)."""
+    sql = "SELECT count(*) FROM notifications WHERE status = $1 AND created_at >= $2"
+    return int(await conn.fetchval(sql, status, since)) >= at_least
 
 
 async def compare(plan: LoadPlan, pairs: int) -> None:

@@ -16,12 +16,14 @@ import aiohttp
 
 @dataclass(frozen=True)
 class Load:
-    """What a load generator measured: sends answered, how long it took, and accept latency."""
+    """What a load generator measured: sends accepted, how long it took, accept latency, and the
+    sends refused (only a driver told to carry on past a refusal counts any)."""
 
     sent: int
     elapsed_s: float
     p50_s: float
     p99_s: float
+    refused: int = 0
 
 
 Driver = Callable[[], Awaitable[Load]]

@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from core.ratelimit import MemoryRateLimiter, Rule
-from core.ratelimit_redis import FAIL_OPEN_METRIC, RedisRateLimiter
+from core.ratelimit import Rule
+from core.ratelimit_fail_open import FAIL_OPEN_METRIC
+from core.ratelimit_memory import MemoryRateLimiter
+from core.ratelimit_redis import RedisRateLimiter
 
 ROW_S = 3.0
 TASKS = 50

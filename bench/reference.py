@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import Measurement, print_figures, ready
+from bench.e2e import Measurement, Pipeline, measure, print_figures, ready
 from bench.load import LoadPlan
 from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
@@ -237,13 +237,9 @@ async def run_reference(plan: LoadPlan) -> Measurement:
     reference = Reference(broker.bootstrap, "redis://127.0.0.1:6379/0")
     try:
         url = await reference.start()
-        conn = await asyncpg.connect(reference.dsn)
         await wait_until(lambda: ready(url), 30)
-        measurement = Measurement(
-            {role: proc.pid for role, proc in reference.procs.items()}, broker_pid=broker.pid
-        )
-        await measurement.run(plan, url=url, key=reference.key, conn=conn)
-        await conn.close()
+        processes = {role: proc.pid for role, proc in reference.procs.items()}
+        measurement = await measure(Pipeline(url, reference.key, reference.url, processes, broker.pid), plan)
         print_figures(
             f"Reference pipeline (FastAPI + asyncpg + aiokafka + Redis + aiohttp; load: {plan.describe()})",
             measurement,

@@ -26,6 +26,7 @@ from typing import Any
 import asyncpg
 
 from chaos.stack import TERMINAL
+from schema.shown_status import SHOWN_STATUS_SQL, shown_history
 
 
 @dataclass
@@ -117,9 +118,9 @@ def read_accepted(path: Path) -> dict[str, str]:
     return accepted
 
 
-LOG = """
-SELECT n.id::text AS id, n.event_id, n.status, n.created_at, n.history, n.error_code, n.error_message,
-       n.attempts, u.phone
+LOG = f"""
+SELECT n.id::text AS id, n.event_id, {SHOWN_STATUS_SQL} AS status, n.created_at, n.history, n.queued_at,
+       n.error_code, n.error_message, n.attempts, u.phone
   FROM notifications n JOIN users u ON u.id = n.user_id
  WHERE n.tenant_id = $1
 """
@@ -149,7 +150,10 @@ async def reconcile(
     conn = await asyncpg.connect(dsn)
     try:
         await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
-        rows = await conn.fetch(LOG, tenant_id)
+        rows = [
+            dict(r) | {"history": shown_history(history=r["history"], queued_at=r["queued_at"])}
+            for r in await conn.fetch(LOG, tenant_id)
+        ]
         sandbox = await conn.fetch(SANDBOX, tenant_id)
     finally:
         await conn.close()

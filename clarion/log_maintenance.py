@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _LIVE_STATUSES = ", ".join(f"'{s.value}'" for s in Status if s not in TERMINAL_STATUSES)
 LIVE_NOTIFICATION = f"status IN ({_LIVE_STATUSES})"
+NOTIFICATIONS_FILLFACTOR = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class LogTable:
     name: str
     live_filter: str | None
     goes_with_log: bool = False
+    fillfactor: int = 100
 
 
 # In drop order: a day's keys before its notifications.
@@ -62,7 +64,9 @@ LOG_TABLES = (
         f"notification_id IN (SELECT id FROM notifications WHERE {LIVE_NOTIFICATION})",
     ),
     LogTable("engagement", None, goes_with_log=True),
-    LogTable("notifications", LIVE_NOTIFICATION),
+    # Room on each page for the HOT update that records the broker's ack (api/outbox.py); the
+    # other tables are written once (docs/partitioning.md, "Fill factor").
+    LogTable("notifications", LIVE_NOTIFICATION, fillfactor=NOTIFICATIONS_FILLFACTOR),
     LogTable("delivery_attempts", None),
     LogTable("sandbox_messages", None),
     LogTable("analytics_hourly", None),  # hourly rollups, by the hour a notification was accepted
@@ -95,9 +99,13 @@ async def maintain(
     stray: dict[str, int] = {}
     for table in LOG_TABLES:
         if table.name == "notifications":
-            created += await _ensure_log_ahead(conn, today=today, days_ahead=partitions_ahead)
+            created += await _ensure_log_ahead(
+                conn, today=today, days_ahead=partitions_ahead, fillfactor=table.fillfactor
+            )
         else:
-            created += await ensure_ahead(conn, parent=table.name, today=today, days_ahead=partitions_ahead)
+            created += await ensure_ahead(
+                conn, parent=table.name, today=today, days_ahead=partitions_ahead, fillfactor=table.fillfactor
+            )
     followers = [t.name for t in LOG_TABLES if t.goes_with_log]
 
     async def drop_followers(day: dt.date) -> None:
@@ -131,14 +139,20 @@ SELECT e.* FROM engagement e
 """
 
 
-async def _ensure_log_ahead(conn: asyncpg.Connection, *, today: dt.date, days_ahead: int) -> list[str]:
+async def _ensure_log_ahead(
+    conn: asyncpg.Connection, *, today: dt.date, days_ahead: int, fillfactor: int
+) -> list[str]:
     """``ensure_ahead`` for ``notifications``, keeping the engagement of rows it moves out of the
     default partition (normally there are none, and this is one count)."""
     if not await default_rows(conn, parent="notifications"):
-        return await ensure_ahead(conn, parent="notifications", today=today, days_ahead=days_ahead)
+        return await ensure_ahead(
+            conn, parent="notifications", today=today, days_ahead=days_ahead, fillfactor=fillfactor
+        )
     async with conn.transaction():
         await conn.execute(_STASH)
-        created = await ensure_ahead(conn, parent="notifications", today=today, days_ahead=days_ahead)
+        created = await ensure_ahead(
+            conn, parent="notifications", today=today, days_ahead=days_ahead, fillfactor=fillfactor
+        )
         await conn.execute("INSERT INTO engagement SELECT * FROM engagement_stash ON CONFLICT DO NOTHING")
     return created
 

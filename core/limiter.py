@@ -1,14 +1,15 @@
 """The limiter factory: Redis Cluster, one Redis (both shared by every process) or in-process memory.
 
-Apart from the implementations so none imports another (``core.ratelimit`` holds the rules, the
-GCRA plan and the memory limiter; ``core.ratelimit_redis`` and ``core.ratelimit_cluster`` build
-on them).
+Apart from the implementations so none imports another (``core.ratelimit`` holds the rules and the
+GCRA plan; ``core.ratelimit_memory``, ``core.ratelimit_redis`` and ``core.ratelimit_cluster``
+build on them).
 """
 
 from __future__ import annotations
 
-from core.ratelimit import MemoryRateLimiter, RateLimiter
+from core.ratelimit import RateLimiter
 from core.ratelimit_cluster import RedisClusterRateLimiter, cluster_url
+from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import RedisRateLimiter
 
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Any
+from typing import Any, Unpack
 
-from prometheus_client import REGISTRY, CollectorRegistry
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -37,8 +36,8 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, ResponseError
 
 from core.ratelimit import NOMINAL_SUFFIX, Allowed, GcraPlan, LimitDecision, Rule, gcra_plan
+from core.ratelimit_fail_open import UNREACHABLE, FailingOpenLimiter, LimiterOptions
 from core.ratelimit_lua import CHUNK, GCRA_LUA, GCRA_SHA, decisions, script_args
-from core.ratelimit_redis import UNREACHABLE, FailOpen
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _NODE_FAILURES: tuple[type[BaseException], ...] = (*UNREACHABLE, ClusterError, RedisClusterException)
@@ -55,34 +54,20 @@ def cluster_url(url: str) -> str | None:
     return f"{plain}://{rest}" if sep and plain else None
 
 
-class RedisClusterRateLimiter:
+class RedisClusterRateLimiter(FailingOpenLimiter):
     """GCRA on Redis Cluster, deciding exactly as `core.ratelimit_redis.RedisRateLimiter`."""
 
     def __init__(
-        self,
-        client: RedisCluster,
-        *,
-        prefix: str = "clarion:rl:",
-        registry: CollectorRegistry = REGISTRY,
-        retry_interval_s: float = 1.0,
-        owns_client: bool = False,
+        self, client: RedisCluster, *, owns_client: bool = False, **options: Unpack[LimiterOptions]
     ) -> None:
-        if "{" in prefix or "}" in prefix:  # the first {...} of a key is its hash tag
-            raise ValueError(f"a Redis Cluster key prefix cannot contain braces: {prefix!r}")
+        super().__init__(owns_client=owns_client, **options)
+        if "{" in self._prefix or "}" in self._prefix:  # the first {...} of a key is its hash tag
+            raise ValueError(f"a Redis Cluster key prefix cannot contain braces: {self._prefix!r}")
         self._cluster: Any = client  # types-redis predates redis-py's async cluster scripting
-        self._prefix = prefix
-        self._owns_client = owns_client
-        self._fail_open = FailOpen(registry=registry, retry_interval_s=retry_interval_s)
 
     @classmethod
     def from_url(
-        cls,
-        url: str,
-        *,
-        prefix: str = "clarion:rl:",
-        registry: CollectorRegistry = REGISTRY,
-        timeout_s: float = 0.25,
-        retry_interval_s: float = 1.0,
+        cls, url: str, *, timeout_s: float = 0.25, **options: Unpack[LimiterOptions]
     ) -> RedisClusterRateLimiter:
         """A limiter on the cluster one of whose nodes ``url`` (``redis+cluster://``) names; a call
         waits at most about ``2 * timeout_s`` for a node before failing open. Connects lazily."""
@@ -97,9 +82,7 @@ class RedisClusterRateLimiter:
             # seconds, and a limiter must fail open quickly instead
             retry=Retry(NoBackoff(), 1),  # type: ignore[arg-type]  # types-redis wants the sync Retry
         )
-        return cls(
-            client, prefix=prefix, registry=registry, retry_interval_s=retry_interval_s, owns_client=True
-        )
+        return cls(client, owns_client=True, **options)
 
     def storage_key(self, name: str) -> str:
         """The Redis key of a limiter key (or of its ``|nominal`` shadow)."""

@@ -2,7 +2,7 @@
 
 The script (`core.ratelimit_lua`) reads the clock with the server's ``TIME`` so every process
 agrees on "now", stores each key's theoretical arrival time with a ``PX`` expiry at the moment its
-bucket is full again (so idle keys vanish), and mirrors `core.ratelimit.MemoryRateLimiter`
+bucket is full again (so idle keys vanish), and mirrors `core.ratelimit_memory.MemoryRateLimiter`
 arithmetic exactly. Soft and elastic rules also touch a second key. `acquire_many` sends up to
 `CHUNK` requests per EVALSHA and all chunks in one write, so a batch costs one round trip.
 Concurrent `acquire` calls made in the same event-loop turn share one EVALSHA, in call order. For
@@ -16,103 +16,45 @@ If Redis is unreachable the limiter fails open: it admits, counts each admission
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-import weakref
-from typing import Any, cast
+from typing import Any, Unpack
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from core.ratelimit import Allowed, LimitDecision, Rule
+from core.ratelimit import LimitDecision, Rule
+from core.ratelimit_fail_open import UNREACHABLE, FailingOpenLimiter, LimiterOptions
 from core.ratelimit_lua import CHUNK, GCRA_LUA, PackedRequests, decisions, evalsha
 
-log = logging.getLogger(__name__)
 
-UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+class RedisOptions(LimiterOptions, total=False):
+    """`LimiterOptions` and the connection pool's."""
 
-FAIL_OPEN_METRIC = "clarion_ratelimit_fail_open_total"
-_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
-
-
-def fail_open_counter(registry: CollectorRegistry = REGISTRY) -> Counter:
-    """The ``clarion_ratelimit_fail_open_total{rule_id}`` counter on ``registry``, registered at
-    most once however many limiters (or re-imports of this module) ask for it."""
-    counter = _counters.get(registry)
-    if counter is None:
-        try:
-            counter = Counter(
-                FAIL_OPEN_METRIC,
-                "Rate-limit decisions admitted without checking because Redis was unreachable.",
-                ["rule_id"],
-                registry=registry,
-            )
-        except ValueError:  # registered by an earlier import of this module
-            counter = cast(Counter, registry._names_to_collectors[FAIL_OPEN_METRIC])
-        _counters[registry] = counter
-    return counter
+    max_connections: int
+    """Connections at most (default 100)."""
+    pool_wait_s: float
+    """How long a call waits for a free connection before failing open (default 5 s)."""
 
 
-class FailOpen:
-    """Admission while Redis (or one cluster node, named by ``where``) is unreachable: counts every
-    admission, warns once per outage, and skips that Redis for ``retry_interval_s``."""
-
-    def __init__(self, *, registry: CollectorRegistry, retry_interval_s: float) -> None:
-        self._total = fail_open_counter(registry)
-        self._retry_interval_s = retry_interval_s
-        self._down_until: dict[str, float] = {}
-
-    def skipping(self, where: str = "") -> bool:
-        """Whether ``where`` failed less than ``retry_interval_s`` ago."""
-        return time.monotonic() < self._down_until.get(where, 0.0)
-
-    def admit(
-        self, rules: list[Rule], exc: BaseException | None = None, where: str = ""
-    ) -> list[LimitDecision]:
-        """Admit one request per rule; ``exc``: ``where`` just failed, skip it for a while."""
-        if exc is not None:
-            if where not in self._down_until:
-                log.warning("rate limiter: %s unreachable (%r), admitting without limits", _name(where), exc)
-            self._down_until[where] = time.monotonic() + self._retry_interval_s
-        for rule in rules:
-            self._total.labels(rule_id=rule.rule_id).inc()
-        return [Allowed(remaining=rule.limit, reset_after_ms=0) for rule in rules]
-
-    def reachable(self, where: str = "") -> None:
-        """``where`` answered: end its outage."""
-        if self._down_until and self._down_until.pop(where, None) is not None:
-            log.warning("rate limiter: %s reachable again, enforcing limits", _name(where))
-
-
-def _name(where: str) -> str:
-    return f"Redis node {where}" if where else "Redis"
-
-
-class RedisRateLimiter:
+class RedisRateLimiter(FailingOpenLimiter):
     """GCRA on Redis: decisions are atomic and agree across every process using ``prefix``.
 
-    Fails open while Redis is unreachable (see module docstring).
+    Fails open while Redis is unreachable (see module docstring and `core.ratelimit_fail_open`).
     """
 
     def __init__(
         self,
         client: Redis,
         *,
-        prefix: str = "clarion:rl:",
-        registry: CollectorRegistry = REGISTRY,
-        retry_interval_s: float = 1.0,
         owns_client: bool = False,
         max_connections: int = 100,
         pool_wait_s: float = 5.0,
+        **options: Unpack[LimiterOptions],
     ) -> None:
+        super().__init__(owns_client=owns_client, **options)
         self._redis = client
-        self._owns_client = owns_client
-        self._packed = PackedRequests(prefix)
-        self._fail_open = FailOpen(registry=registry, retry_interval_s=retry_interval_s)
+        self._packed = PackedRequests(self._prefix)
         self._sha: str | None = None
         # Own connections made by the client's pool, not checked out of it per call: in cProfile
         # of bench.ratelimit's single calls (50 tasks), BlockingConnectionPool's get_connection and
@@ -126,15 +68,7 @@ class RedisRateLimiter:
 
     @classmethod
     def from_url(
-        cls,
-        redis_url: str,
-        *,
-        prefix: str = "clarion:rl:",
-        registry: CollectorRegistry = REGISTRY,
-        timeout_s: float = 0.25,
-        retry_interval_s: float = 1.0,
-        max_connections: int = 100,
-        pool_wait_s: float = 5.0,
+        cls, redis_url: str, *, timeout_s: float = 0.25, **options: Unpack[RedisOptions]
     ) -> RedisRateLimiter:
         """A limiter with up to ``max_connections`` connections; a call waits up to ``pool_wait_s``
         for a free one, then at most about ``2 * timeout_s`` for Redis before failing open.
@@ -143,10 +77,7 @@ class RedisRateLimiter:
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
         client = Redis.from_pool(pool)  # type: ignore[attr-defined]  # types-redis predates from_pool
-        return cls(
-            client, prefix=prefix, registry=registry, retry_interval_s=retry_interval_s,
-            owns_client=True, max_connections=max_connections, pool_wait_s=pool_wait_s,
-        )  # fmt: skip
+        return cls(client, owns_client=True, **options)
 
     async def acquire(self, key: str, rule: Rule, cost: int = 1) -> LimitDecision:
         """See `core.ratelimit.RateLimiter.acquire`; fails open. Calls made in the same event-loop

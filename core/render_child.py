@@ -10,14 +10,15 @@ import sys
 import time
 from functools import lru_cache
 
-from core.render import Renderer, RequestBudget
 from core.render_box import BOX_MEMORY_BYTES, LENGTH, Answer, Job
 from core.render_errors import RenderError
+from core.render_template import TemplateRenderer
+from core.render_types import RequestBudget
 
 
 @lru_cache(maxsize=4)
-def _child_renderer(max_output_chars: int, max_render_ms: int) -> Renderer:
-    return Renderer(max_output_chars=max_output_chars, max_render_ms=max_render_ms)
+def _child_renderer(max_output_chars: int, max_render_ms: int) -> TemplateRenderer:
+    return TemplateRenderer(max_output_chars=max_output_chars, max_render_ms=max_render_ms)
 
 
 def render_job(job: Job) -> Answer:

@@ -1,8 +1,17 @@
-"""The one error a render raises, and the codes that say why."""
+"""The one error a render raises, the codes that say why, and the name of the variable it missed.
+
+A template reading a variable ``data`` lacks fails with ``missing_variable`` and that variable's
+name: ``order_id``, or the dotted path ``user.name`` / ``items[0].sku`` when the source spells the
+chain out literally (``attribute_paths``) and ``data`` tells which link of it is missing.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import ast
+import re
+from typing import Any, Literal
+
+from jinja2 import nodes
 
 RenderErrorCode = Literal[
     "missing_variable", "unsafe_template", "template_syntax", "template_error", "render_limit"
@@ -33,3 +42,76 @@ class RenderError(Exception):
 
     def __repr__(self) -> str:
         return f"RenderError(code={self.code!r}, message={self.message!r}, variable={self.variable!r})"
+
+
+def attribute_paths(tree: nodes.Template) -> tuple[tuple[str | int, ...], ...]:
+    """Every literal ``a.b[0].c`` chain in a parsed template, to name a missing link by its path."""
+    paths: list[tuple[str | int, ...]] = []
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        parts: list[str | int] = []
+        current: nodes.Node = node
+        while True:
+            if isinstance(current, nodes.Getattr):
+                parts.append(current.attr)
+                current = current.node
+            elif (
+                isinstance(current, nodes.Getitem)
+                and isinstance(current.arg, nodes.Const)
+                and isinstance(current.arg.value, str | int)
+            ):
+                parts.append(current.arg.value)
+                current = current.node
+            else:
+                break
+        if isinstance(current, nodes.Name):
+            paths.append((current.name, *reversed(parts)))
+    return tuple(paths)
+
+
+_UNDEFINED_NAME = re.compile(r"^(['\"])(?P<name>.+)\1 is undefined$")
+_NO_ATTRIBUTE = re.compile(r" has no attribute (['\"])(?P<name>.+)\1$")
+_NO_ELEMENT = re.compile(r" has no element (?P<name>.+)$")
+_MISSING = object()
+
+
+def _lookup(data: Any, key: str | int) -> Any:
+    try:
+        return data[key]
+    except (TypeError, LookupError):
+        return getattr(data, key, _MISSING) if isinstance(key, str) else _MISSING
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    text = str(path[0])
+    for key in path[1:]:
+        text += f"[{key}]" if isinstance(key, int) else f".{key}"
+    return text
+
+
+def missing_variable(
+    message: str, paths: tuple[tuple[str | int, ...], ...], data: dict[str, Any]
+) -> str | None:
+    """The variable Jinja's ``UndefinedError`` ``message`` is about: the first of ``paths`` that ends
+    in the missing key and whose parent ``data`` does hold; None when the message names none."""
+    if match := _UNDEFINED_NAME.match(message):
+        return match["name"]
+    key: str | int
+    if match := _NO_ATTRIBUTE.search(message):
+        key = match["name"]
+    elif match := _NO_ELEMENT.search(message):
+        try:
+            key = ast.literal_eval(match["name"])
+        except (ValueError, SyntaxError):
+            key = match["name"]
+    else:
+        return None
+    candidates = [path for path in paths if path[-1] == key]
+    for path in candidates:
+        parent: Any = data
+        for step in path[:-1]:
+            parent = _lookup(parent, step)
+            if parent is _MISSING:
+                break
+        if parent is not _MISSING and _lookup(parent, key) is _MISSING:
+            return _dotted(path)
+    return _dotted(candidates[0]) if candidates else str(key)

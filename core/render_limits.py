@@ -1,6 +1,6 @@
 """The limits every render keeps, by construction: checked on each operation and filter that can
 grow a value, before it allocates, so one builtin call (a C loop that never looks at the clock)
-cannot run away.
+cannot run away. The sandbox (``core/render_sandbox.py``) puts these checks in a template's way.
 
 - *time*: a CPU-time deadline per render, read at every loop iteration, call and output chunk;
 - *size*: strings and sequences at most ``max_value_chars``; the *expanded* size of a structure
@@ -17,17 +17,13 @@ from __future__ import annotations
 import re
 import string
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 
-from jinja2.filters import make_attrgetter
 from jinja2.lexer import TOKEN_BLOCK_BEGIN, TOKEN_NAME, TOKEN_OPERATOR
-from jinja2.runtime import Context, StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Namespace
 
 from core.render_errors import RenderError
 
@@ -36,7 +32,7 @@ from core.render_errors import RenderError
 
 
 @dataclass(slots=True)
-class _Budget:
+class Budget:
     deadline: float | None
     max_render_ms: int
     max_value_chars: int
@@ -49,43 +45,48 @@ class _Budget:
 CLOCK_EVERY = 8
 
 
-_budget: ContextVar[_Budget | None] = ContextVar("clarion_render_budget", default=None)
+current_budget: ContextVar[Budget | None] = ContextVar("clarion_render_budget", default=None)
 _DEFAULT_MAX_VALUE_CHARS = 100_000
 MAX_INT_BITS = 16_384
 MAX_NESTING = 40
-_STEP = "_clarion_step"
-_CAP = "_clarion_cap"
-_TEXT = "_clarion_text"
+STEP_FILTER = "_clarion_step"
+CAP_FILTER = "_clarion_cap"
+TEXT_FILTER = "_clarion_text"
 _BLOCKS = frozenset({"if", "for", "macro", "call", "filter", "with", "block", "autoescape"})
 
 
-def _limit(message: str) -> RenderError:
+def limit_error(message: str) -> RenderError:
+    """The ``render_limit`` error with ``message``."""
     return RenderError("render_limit", message)
 
 
-def _check_deadline(*, now: bool = False) -> None:
-    budget = _budget.get()
+def check_deadline(*, now: bool = False) -> None:
+    """Refuse the render in progress once past its CPU deadline (read every ``CLOCK_EVERY``-th
+    call, or at once with ``now``)."""
+    budget = current_budget.get()
     if budget is None or budget.deadline is None:
         return
     budget.checks += 1
     # CPU time of this thread, not wall time: a render preempted on a busy machine is not slow.
     if (now or budget.checks % CLOCK_EVERY == 0) and time.thread_time() > budget.deadline:
-        raise _limit(f"template took longer than {budget.max_render_ms} ms to render")
+        raise limit_error(f"template took longer than {budget.max_render_ms} ms to render")
 
 
 def _max_chars() -> int:
-    budget = _budget.get()
+    budget = current_budget.get()
     return budget.max_value_chars if budget is not None else _DEFAULT_MAX_VALUE_CHARS
 
 
-def _check_size(size: int) -> None:
+def check_size(size: int) -> None:
+    """Refuse a value of ``size`` characters or items above the render's limit."""
     if size > (limit := _max_chars()):
-        raise _limit(f"template builds a value longer than {limit} characters")
+        raise limit_error(f"template builds a value longer than {limit} characters")
 
 
-def _capped(value: Any) -> Any:
+def capped(value: Any) -> Any:
+    """``value``, once its length is checked against the size limit."""
     if isinstance(value, str | list | tuple | bytes):
-        _check_size(len(value))
+        check_size(len(value))
     return value
 
 
@@ -115,16 +116,16 @@ def check_expanded(value: Any) -> Any:
         else:
             seen += 8
         if seen > limit:
-            raise _limit(f"template builds a value longer than {limit} characters")
+            raise limit_error(f"template builds a value longer than {limit} characters")
     return value
 
 
 def _check_number(value: Any) -> None:
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-        raise _limit("number is too large")
+        raise limit_error("number is too large")
 
 
-def _check_int_binop(operator: str, left: Any, right: Any) -> None:
+def check_int_binop(operator: str, left: Any, right: Any) -> None:
     """Integers: the result's bit length, estimated before Python computes it."""
     if not (isinstance(left, int) and isinstance(right, int)):
         return
@@ -135,13 +136,13 @@ def _check_int_binop(operator: str, left: Any, right: Any) -> None:
     else:
         bits = max(left.bit_length(), right.bit_length()) + 1
     if bits > MAX_INT_BITS:
-        raise _limit("number is too large")
+        raise limit_error("number is too large")
 
 
-def _check_sum(items: list[Any], start: Any) -> None:
+def check_sum(items: list[Any], start: Any) -> None:
     """``sum`` of sequences concatenates them: bound the total before it runs (quadratic in C)."""
     if isinstance(start, str | list | tuple):
-        _check_size(len(start) + sum(len(i) for i in items if isinstance(i, str | list | tuple)))
+        check_size(len(start) + sum(len(i) for i in items if isinstance(i, str | list | tuple)))
     else:
         for item in items:
             _check_number(item)
@@ -174,16 +175,17 @@ def check_nesting(source: str, environment: ImmutableSandboxedEnvironment) -> No
             unary_run = unary_run + 1 if unary else 0
             expect_tag = False
             if max(depth, block_depth, unary_run) > MAX_NESTING:
-                raise _limit(f"template nests deeper than {MAX_NESTING} levels")
+                raise limit_error(f"template nests deeper than {MAX_NESTING} levels")
     except RenderError:
         raise
     except Exception:  # a lexing error is reported by the parser, with its line
         return
 
 
-def _bounded_iter(value: Iterable[Any]) -> Iterator[Any]:
+def bounded_iter(value: Iterable[Any]) -> Iterator[Any]:
+    """``value``'s items, the deadline checked before each (every template loop goes through it)."""
     for item in value:
-        _check_deadline()
+        check_deadline()
         yield item
 
 
@@ -191,13 +193,14 @@ _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _DIGITS = re.compile(r"\d+")
 
 
-def _check_percent_format(fmt: str) -> None:
+def check_percent_format(fmt: str) -> None:
+    """Refuse ``%`` widths above the size limit, and ``*`` widths."""
     for match in _PERCENT_SPEC.finditer(fmt):
         for width in match.groups():
             if width == "*":
-                raise _limit("'*' widths are not allowed in format strings")
+                raise limit_error("'*' widths are not allowed in format strings")
             if width is not None:
-                _check_size(int(width))
+                check_size(int(width))
 
 
 def _check_brace_format(fmt: str) -> None:
@@ -205,24 +208,26 @@ def _check_brace_format(fmt: str) -> None:
         if not spec:
             continue
         if "{" in spec:
-            raise _limit("nested format specifications are not allowed")
+            raise limit_error("nested format specifications are not allowed")
         for width in _DIGITS.findall(spec):
-            _check_size(int(width))
+            check_size(int(width))
 
 
-def _check_replace(text: Any, old: Any, new: Any) -> None:
+def check_replace(text: Any, old: Any, new: Any) -> None:
+    """Refuse a replace whose result would be above the size limit, before it runs."""
     text, old, new = str(text), str(old), str(new)
     count = text.count(old)
-    _check_size(len(text) + count * max(0, len(new) - len(old)))
+    check_size(len(text) + count * max(0, len(new) - len(old)))
 
 
-def _check_join(items: list[Any], separator: Any) -> None:
+def check_join(items: list[Any], separator: Any) -> None:
+    """Refuse a join whose result would be above the size limit, before it runs."""
     for item in items:
         check_expanded(item)
-    _check_size(sum(len(str(item)) for item in items) + len(str(separator)) * max(0, len(items) - 1))
+    check_size(sum(len(str(item)) for item in items) + len(str(separator)) * max(0, len(items) - 1))
 
 
-def _check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
+def check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
     """Pre-check the ``str`` methods whose output can be far larger than their input."""
     method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format
     owner = getattr(method, "__self__", None)
@@ -230,158 +235,13 @@ def _check_str_method(obj: Any, args: tuple[Any, ...]) -> None:
         return
     name = getattr(method, "__name__", "")
     if name in {"center", "ljust", "rjust", "zfill"} and args and isinstance(args[0], int):
-        _check_size(args[0])
+        check_size(args[0])
     elif name == "expandtabs":
         tabsize = args[0] if args and isinstance(args[0], int) else 8
-        _check_size(len(owner) + owner.count("\t") * tabsize)
+        check_size(len(owner) + owner.count("\t") * tabsize)
     elif name == "replace" and len(args) >= 2:
-        _check_replace(owner, args[0], args[1])
+        check_replace(owner, args[0], args[1])
     elif name == "join" and args:
-        _check_join(list(args[0]), owner)
+        check_join(list(args[0]), owner)
     elif name in {"format", "format_map"}:
         _check_brace_format(owner)
-
-
-class _BoundedNamespace(Namespace):
-    def __setitem__(self, name: str, value: Any) -> None:
-        super().__setitem__(name, _capped(value))
-
-
-def _int_args_checked(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a filter whose parameters are widths, counts or inserted strings (``indent``'s prefix,
-    ``wordwrap``'s wrapstring): refuse ones that could take the output above the size limit."""
-    skip = 2 if hasattr(func, "jinja_pass_arg") else 1
-
-    @wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        value = args[skip - 1] if len(args) >= skip else ""
-        text = value if isinstance(value, str) else ""
-        # indent inserts its prefix once per line; wordwrap its wrapstring at most every other char
-        repeats = text.count("\n") + 1 if func.__name__ == "do_indent" else len(text) // 2 + 1
-        for arg in (*args[skip:], *kwargs.values()):
-            if isinstance(arg, int) and not isinstance(arg, bool):
-                _check_size(len(text) + arg * repeats if func.__name__ == "do_indent" else arg)
-            elif isinstance(arg, str):
-                _check_size(len(text) + len(arg) * repeats)
-        return _capped(func(*args, **kwargs))
-
-    return checked
-
-
-class _Environment(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**", "%", "+"})
-
-    def __init__(self, *, autoescape: bool) -> None:
-        super().__init__(
-            autoescape=autoescape,
-            undefined=StrictUndefined,
-            auto_reload=False,
-            trim_blocks=True,  # a block tag on a line of its own leaves no blank line behind
-            lstrip_blocks=True,
-        )
-        self.globals.pop("lipsum", None)  # CPU-heavy and useless in notifications
-        self.globals["namespace"] = _BoundedNamespace
-        self.filters[_STEP] = _bounded_iter
-        self.filters[_CAP] = _capped
-        self.filters[_TEXT] = check_expanded
-        for name in ("center", "indent", "wordwrap", "batch", "slice"):
-            self.filters[name] = _int_args_checked(self.filters[name])
-        self.filters["format"] = self._format_filter(self.filters["format"])
-        self.filters["join"] = self._join_filter(self.filters["join"])
-        self.filters["replace"] = self._replace_filter(self.filters["replace"])
-        for name in ("string", "tojson", "pprint", "urlencode", "xmlattr", "trim", "upper", "lower"):
-            if name in self.filters:
-                self.filters[name] = _expanded_first(self.filters[name])
-        self.filters["sum"] = _sum_filter(self.filters["sum"])
-        # Filters run in C or in Jinja's Python without passing through ``call``: each one reads
-        # the clock before it starts, so a chain of 100,000-item sorts stops at the deadline.
-        self.filters.update(
-            {name: _clocked(f) for name, f in self.filters.items() if not name.startswith("_")}
-        )
-        self.finalize = check_expanded  # every {{ output }} is turned into text after this
-
-    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        _check_int_binop(operator, left, right)
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(times, int):
-                    _check_size(len(seq) * times)
-        elif operator == "**":
-            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-                if left.bit_length() * right > MAX_INT_BITS:
-                    raise _limit("number is too large")
-        elif operator == "%" and isinstance(left, str):
-            _check_percent_format(left)
-            check_expanded(right)
-        return _capped(super().call_binop(context, operator, left, right))
-
-    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_deadline()
-        _check_str_method(obj, args)
-        for arg in (*args, *kwargs.values()):
-            check_expanded(arg)
-        return _capped(super().call(context, obj, *args, **kwargs))
-
-    @staticmethod
-    def _format_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-            _check_percent_format(str(value))
-            return _capped(func(value, *args, **kwargs))
-
-        return checked
-
-    def _join_filter(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(eval_ctx: Any, value: Iterable[Any], d: str = "", attribute: Any = None) -> Any:
-            items = list(value)
-            if attribute is not None:
-                items = list(map(make_attrgetter(self, attribute), items))
-            _check_join(items, d)
-            return func(eval_ctx, items, d)
-
-        return checked
-
-    @staticmethod
-    def _replace_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(func)
-        def checked(eval_ctx: Any, s: Any, old: Any, new: Any, count: int | None = None) -> Any:
-            _check_replace(s, old, new)
-            return func(eval_ctx, s, old, new, count)
-
-        return checked
-
-
-def _expanded_first(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a filter that turns its input into text: the input's expanded size is checked first."""
-    skip = 2 if hasattr(func, "jinja_pass_arg") else 1
-
-    @wraps(func)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        if len(args) >= skip:
-            check_expanded(args[skip - 1])
-        return _capped(func(*args, **kwargs))
-
-    return checked
-
-
-def _sum_filter(func: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(func)
-    def checked(environment: Any, iterable: Iterable[Any], attribute: Any = None, start: Any = 0) -> Any:
-        items = list(iterable)
-        if attribute is not None:
-            items = list(map(make_attrgetter(environment, attribute), items))
-        _check_size(len(items))
-        _check_sum(items, start)
-        return _capped(func(environment, items, None, start))
-
-    return checked
-
-
-def _clocked(func: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(func)
-    def clocked(*args: Any, **kwargs: Any) -> Any:
-        _check_deadline(now=True)
-        return func(*args, **kwargs)
-
-    return clocked

@@ -76,16 +76,22 @@ async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.dat
 
 
 async def ensure_ahead(
-    conn: asyncpg.Connection, *, parent: str, today: dt.date, days_ahead: int
+    conn: asyncpg.Connection, *, parent: str, today: dt.date, days_ahead: int, fillfactor: int = 100
 ) -> list[str]:
-    """Create the default partition and one per day from ``today`` to ``today + days_ahead``.
+    """Create the default partition and one per day from ``today`` to ``today + days_ahead``,
+    each with ``fillfactor`` (below 100 leaves room on a page for HOT updates).
 
     Idempotent (``IF NOT EXISTS``); returns the names it created. Safe to run from several
     processes: each CREATE takes the parent's lock, a loser sees the table already there.
     """
     created: list[str] = []
     have = set(await existing_days(conn, parent=parent))
-    await conn.execute(f"CREATE TABLE IF NOT EXISTS {_ident(parent)}_default PARTITION OF {parent} DEFAULT")
+    if not 10 <= fillfactor <= 100:
+        raise ValueError(f"fillfactor must be 10..100, not {fillfactor}")
+    storage = f"WITH (fillfactor = {fillfactor})"
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_ident(parent)}_default PARTITION OF {parent} DEFAULT {storage}"
+    )
     for offset in range(days_ahead + 1):
         day = today + offset * _DAY
         if day in have:
@@ -100,14 +106,14 @@ async def ensure_ahead(
             )
             if not stray:
                 await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} FOR VALUES {bounds}"
+                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} FOR VALUES {bounds} {storage}"
                 )
             else:
                 # PostgreSQL refuses a new partition while the default holds rows of its range
                 # ("updated partition constraint for default partition would be violated"): move
                 # that day's rows into a table of their own, then attach it.
                 await conn.execute(
-                    f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                    f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage}"
                 )
                 await conn.execute(
                     f"WITH moved AS (DELETE FROM {parent}_default WHERE {key} >= '{_bound(day)}' "

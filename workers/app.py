@@ -31,23 +31,7 @@ Once started, the worker freezes the garbage collector's view of everything buil
 (``gc.freeze()``): a full collection over those ~200,000 long-lived objects cost ~170 ms of CPU
 on this machine (0.3-1.1 s of wall time under load), stalling both lanes alike.
 
-The retry lane. After a batch is recorded, notifications rescheduled with a ``not_before``
-(``retrying`` after provider failures, ``delayed`` by a gate) are published to
-``notifications.<channel>.retry``, and ``dead`` ones to ``.dlq`` with their last error (undecodable
-records go there too, wrapped with the decode error). A consumer group of its own
-(``clarion-<channel>-retry``, on a broker client of its own so its group join runs alongside the
-main lanes') reads the retry topic and, per batch, looks up each notification's ``not_before`` in
-the log:
-
-- due (or no longer waiting): delivered now, through the same claim as the main lane;
-- due within ``retry.hold_max_s`` (seconds): the handler waits for it, so short retries are on time;
-- due later: acked and left to the log, where the relay's ``not_before`` scan republishes it when due.
-
-So a retry partition is held for at most ``hold_max_s`` per batch, never for minutes, and nothing
-redelivers in a hot loop (no ``nack()``). Kafka is only the fast path: if a publish to ``.retry``
-fails, or the worker dies, the relay republishes from the log, and the attempt count in the log
-makes the schedule resume where it was. A notification reaching a worker by both paths is sent
-once: only one claim succeeds.
+The retry lane and the DLQ: `workers.retry_lane`.
 """
 
 from __future__ import annotations
@@ -57,10 +41,7 @@ import base64
 import gc
 import json
 import logging
-import time
-from datetime import UTC, datetime
-from typing import Any, TypeVar
-from uuid import UUID
+from typing import TypeVar
 
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
@@ -73,16 +54,15 @@ from clarion.sandbox_store import PgSandboxStore
 from clarion.settings import Settings
 from core.render import Renderer
 from providers.registry import ProviderSet, build_providers
-from schema.enums import Channel, Status
-from schema.ids import created_window
+from schema.enums import Channel
 from schema.messages import NotificationMessage, topic
 from workers.breaker import Breakers
 from workers.content import Content
 from workers.lanes import LanePriority
-from workers.outcome import Outcome
 from workers.pipeline import Pipeline, decode
 from workers.record import until_done
 from workers.retry import RetryPolicy
+from workers.retry_lane import Forwarder, deliver_when_due, waiting_s
 from workers.send import Sender
 from workers.wiring import build_steps
 
@@ -111,6 +91,7 @@ class Worker:
         self._providers = providers
         self.broker = KafkaBroker(settings.kafka_bootstrap, logger=None)
         self.publisher = Publisher(settings.kafka_bootstrap)
+        self.forwarder = Forwarder(publisher=self.publisher, channel=channel)
         self.pipeline: Pipeline | None = None
         self.lanes = LanePriority(
             chunk=settings.worker_bulk_chunk, max_wait_s=settings.worker_bulk_yield_max_s
@@ -160,20 +141,12 @@ class Worker:
 
     async def _handle_retry_batch(self, msg: KafkaMessage) -> None:
         messages = await self._decode(msg)
-        waits_s = await self._waits_s([m.id for m in messages])
-        hold_s = self.settings.retry.hold_max_s
-        await self._deliver([m for m in messages if m.id not in waits_s])
-        # Due later than hold_s: left to the log; the relay republishes them when due.
-        soon = sorted(
-            (m for m in messages if 0 < waits_s.get(m.id, 0) <= hold_s), key=lambda m: waits_s[m.id]
+        waits_s = await waiting_s(
+            pool=self.pipeline.pool if self.pipeline is not None else None, ids=[m.id for m in messages]
         )
-        started = time.monotonic()
-        while soon:
-            await asyncio.sleep(max(waits_s[soon[0].id] - (time.monotonic() - started), 0.0))
-            elapsed = time.monotonic() - started
-            wave = [m for m in soon if waits_s[m.id] <= elapsed + 0.05]
-            soon = soon[len(wave) :]
-            await self._deliver(wave)
+        await deliver_when_due(
+            messages, waits_s=waits_s, hold_s=self.settings.retry.hold_max_s, deliver=self._deliver
+        )
         await msg.ack()
 
     async def _decode(self, msg: KafkaMessage) -> list[NotificationMessage]:
@@ -189,7 +162,7 @@ class Worker:
                 "error": {"code": "undecodable", "message": bad.error},
                 "raw_base64": base64.b64encode(bad.raw).decode(),
             }
-            await self._dead_letter(json.dumps(envelope).encode(), None)
+            await self.forwarder.dead_letter(json.dumps(envelope).encode(), None)
         return messages
 
     async def _deliver(self, messages: list[NotificationMessage]) -> None:
@@ -204,40 +177,7 @@ class Worker:
         # recording is retried, with the same outcomes, so a database outage never sends twice.
         outcomes = await until_done("processed", lambda: pipeline.process(messages))
         await until_done("recorded", lambda: pipeline.record(outcomes))
-        await self._forward(messages, outcomes)
-
-    async def _forward(self, messages: list[NotificationMessage], outcomes: list[Outcome]) -> None:
-        by_id = {m.id: m for m in messages}
-        later = [
-            by_id[o.notification_id]
-            for o in outcomes
-            if o.not_before is not None
-            and o.status in (Status.retrying.value, Status.delayed.value)
-            and o.notification_id in by_id
-        ]
-        if later:  # what the broker does not take, the relay republishes from the log when due
-            await self.publisher.publish_many(later, lane="retry")
-        for o in outcomes:
-            if o.status == Status.dead.value and o.notification_id in by_id:
-                m = by_id[o.notification_id]
-                await self._dead_letter(dead_letter(m, o), m.key())
-
-    async def _dead_letter(self, value: bytes, key: bytes | None) -> None:
-        try:
-            await self.publisher.publish_raw(topic(self.channel, "dlq"), value, key)
-        except Exception as exc:  # the log keeps dead notifications; only the topic copy is missing
-            log.warning("DLQ publish failed (%s: %s)", type(exc).__name__, exc)
-
-    async def _waits_s(self, ids: list[UUID]) -> dict[UUID, float]:
-        """Seconds until due, for the notifications in ``ids`` still waiting (by the log's clock)."""
-        if not ids or self.pipeline is None:
-            return {}
-        try:
-            rows = await self.pipeline.pool.fetch(WAITING, ids, *created_window(ids))
-        except Exception as exc:  # deliver them all: the claim takes only due ones, the relay the rest
-            log.warning("retry lane could not read not_before (%s: %s)", type(exc).__name__, exc)
-            return {}
-        return {r["id"]: float(r["wait_s"]) for r in rows}
+        await self.forwarder.forward(messages, outcomes)
 
     async def start(self) -> None:
         settings = self.settings
@@ -285,23 +225,3 @@ class Worker:
         if self._own_providers and self._providers is not None:
             await self._providers.aclose()
             self._providers = None
-
-
-WAITING = """
-SELECT id, extract(epoch FROM not_before - now())::float8 AS wait_s
-  FROM notifications
- WHERE id = ANY($1::uuid[]) AND created_at BETWEEN $2 AND $3
-   AND status IN ('retrying', 'delayed') AND not_before > now()
-"""
-
-
-def dead_letter(message: NotificationMessage, outcome: Outcome) -> bytes:
-    """The DLQ record of a dead notification: the message plus its last error."""
-    document: dict[str, Any] = message.model_dump(mode="json")
-    document.update(
-        status=outcome.status,
-        error={"code": outcome.error_code, "message": outcome.error_message},
-        detail=outcome.detail,
-        dead_at=datetime.now(UTC).isoformat(),
-    )
-    return json.dumps(document).encode()

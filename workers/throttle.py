@@ -39,16 +39,8 @@ from datetime import UTC, datetime, timedelta
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
 from core.limiter import build_rate_limiter
-from core.ratelimit import (
-    Allowed,
-    ElasticPool,
-    InvalidRule,
-    LimitDecision,
-    MemoryRateLimiter,
-    RateLimiter,
-    RetryAfter,
-    Rule,
-)
+from core.ratelimit import Allowed, ElasticPool, InvalidRule, LimitDecision, RateLimiter, RetryAfter, Rule
+from core.ratelimit_memory import MemoryRateLimiter
 from core.render import RenderedContent
 from providers.errors import ProviderError
 from providers.registry import NoProviderConfigured, ProviderSet

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse
 
 from api.auth import require
+from api.categories import CategoryIn, CategoryOut, get_category, list_categories, put_category
 from api.models import NAME
-from api.preferences import CategoryIn, CategoryOut, get_category, list_categories, put_category
 from clarion.tenants import Principal
 
 router = APIRouter(prefix="/v1/categories", tags=["categories"])

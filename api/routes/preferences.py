@@ -19,17 +19,15 @@ from fastapi.responses import HTMLResponse, Response
 
 from api.auth import require
 from api.errors import ApiError
+from api.preference_links import PreferencesLink, claims_for, user_preferences_link
 from api.preferences import (
     PreferencesIn,
-    PreferencesLink,
     PreferencesOut,
-    claims_for,
     get_preferences,
     replace_user_preferences,
     set_preferences,
     unsubscribe,
     user_preferences,
-    user_preferences_link,
 )
 from clarion import metrics
 from clarion.tenants import Principal

@@ -1,6 +1,7 @@
 """/v1/rate-limits (rule CRUD) and /v1/tenant/settings (content-dedupe window); admin scope.
 
-What each rule field means and which combinations are valid: see `api.rate_limits`.
+What each rule field means and which combinations are valid: see `api.rate_limits`; the settings:
+`api.tenant_settings`.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from api.auth import require
 from api.rate_limits import (
     RateLimitIn,
     RateLimitOut,
-    TenantSettingsIn,
-    TenantSettingsOut,
     create_rule,
     delete_rule,
     get_rule,
-    get_tenant_settings,
     list_rules,
     replace_rule,
+)
+from api.tenant_settings import (
+    TenantSettingsIn,
+    TenantSettingsOut,
+    get_tenant_settings,
     update_tenant_settings,
 )
 from clarion.tenants import Principal

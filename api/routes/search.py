@@ -23,7 +23,9 @@ from api.models import ErrorInfo
 from api.openapi_doc import NO_NUL
 from clarion.tenants import Principal
 from schema.enums import Channel, Priority, Status
-from schema.models import Notification, User
+from schema.log_models import Notification
+from schema.models import User
+from schema.shown_status import shown_status_column, status_filter
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 
@@ -108,7 +110,7 @@ async def search_notifications(
             _n.c.channel,
             _n.c.category,
             _n.c.priority,
-            _n.c.status,
+            shown_status_column(_n).label("status"),
             _n.c.attempts,
             _n.c.provider,
             _n.c.error_code,
@@ -124,7 +126,7 @@ async def search_notifications(
     if user is not None:
         query = query.where(_u.c.tenant_id == tenant_id, _u.c.external_id == user)
     if statuses:
-        query = query.where(_n.c.status.in_([s.value for s in statuses]))
+        query = query.where(status_filter(_n, statuses))
     if channel is not None:
         query = query.where(_n.c.channel == channel.value)
     if since is not None:

@@ -9,16 +9,14 @@ from fastapi import APIRouter, Depends, Path, Request
 from api.auth import require
 from api.errors import ApiError
 from api.models import NAME
+from api.template_preview import PreviewIn, PreviewOut, preview_template
 from api.templates_service import (
     ActivateIn,
-    PreviewIn,
-    PreviewOut,
     TemplateIn,
     TemplateOut,
     activate_template,
     create_template,
     list_templates,
-    preview_template,
 )
 from clarion.tenants import Principal
 from schema.enums import Channel

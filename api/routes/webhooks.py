@@ -10,7 +10,8 @@ from uuid import UUID
 
 from fastapi import APIRouter, Request
 
-from api.sendgrid_events import SENDGRID_SIGNATURE_HEADER, SENDGRID_TIMESTAMP_HEADER, record_sendgrid_events
+from api.sendgrid_events import record_sendgrid_events
+from api.sendgrid_signature import SENDGRID_SIGNATURE_HEADER, SENDGRID_TIMESTAMP_HEADER
 from api.webhooks import TWILIO_SIGNATURE_HEADER, WebhookResult, record_twilio_status
 from clarion.settings import Settings
 from providers.settings import TWILIO_STATUS_CALLBACK_PATH

@@ -8,8 +8,6 @@ here), and issues bearer tokens that ``messages:send`` checks.
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import secrets
 import time
 from typing import Any
@@ -20,6 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from harness.fakes.base import AiohttpFake, json_response, run_cli
+from harness.fakes.fcm_message import unknown_fields, validate_message
 
 # google-auth signs this audience whatever token_uri says, and Google checks it.
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
@@ -160,7 +159,7 @@ class FakeFcm(AiohttpFake):
             await asyncio.sleep(forced.delay_s)
         document = recorded.body if isinstance(recorded.body, dict) else {}
         message_doc = document.get("message")
-        problem = _unknown(document, {"message", "validate_only"}, "") or _validate(message_doc)
+        problem = unknown_fields(document, {"message", "validate_only"}, "") or validate_message(message_doc)
         if problem is None and not isinstance(document.get("validate_only", False), bool):
             problem = "Invalid value at 'validate_only' (TYPE_BOOL)"
         if problem is not None:
@@ -174,127 +173,6 @@ class FakeFcm(AiohttpFake):
         self.delivered.append(message_doc)
         name = f"projects/{self.project_id}/messages/0:{time.time_ns()}%{secrets.token_hex(8)}"
         return json_response(200, {"name": name})
-
-
-_TARGETS = ("token", "topic", "condition", "fid")
-_MESSAGE_FIELDS = {"name", "data", "notification", "android", "webpush", "apns", "fcm_options", *_TARGETS}
-_NOTIFICATION_FIELDS = {"title", "body", "image"}
-_ANDROID_FIELDS = {
-    "collapse_key",
-    "priority",
-    "ttl",
-    "restricted_package_name",
-    "data",
-    "notification",
-    "fcm_options",
-    "direct_boot_ok",
-    "direct_book_ok",
-    "bandwidth_constrained_ok",
-    "restricted_satellite_ok",
-}
-_APNS_FIELDS = {"headers", "payload", "fcm_options", "live_activity_token"}
-_TOPIC = re.compile(r"[a-zA-Z0-9\-_.~%]+")
-_DURATION = re.compile(r"\d{1,9}(\.\d{1,9})?s")
-
-
-def reserved_data_key(key: str) -> bool:
-    """FCM refuses these ``data`` keys (docs/providers.md 7.1)."""
-    return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
-
-
-def _unknown(doc: dict[str, Any], allowed: set[str], where: str) -> str | None:
-    for key in doc:
-        if key not in allowed:
-            return f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field."
-    return None
-
-
-def _string_map(value: Any, where: str) -> str | None:
-    if not isinstance(value, dict):
-        return f"Invalid value at '{where}' (type.googleapis.com/google.protobuf.Struct), {value!r}"
-    for i, item in enumerate(value.values()):
-        if not isinstance(item, str):
-            return f"Invalid value at '{where}[{i}].value' (TYPE_STRING), {item!r}"
-    return None
-
-
-def _validate(message: Any) -> str | None:
-    """FCM's INVALID_ARGUMENT message for a bad ``message``, or None."""
-    if not isinstance(message, dict):
-        return "Request contains an invalid argument: message is required."
-    problem = _unknown(message, _MESSAGE_FIELDS, "message")
-    if problem:
-        return problem
-    targets = [t for t in _TARGETS if message.get(t)]
-    if len(targets) != 1:
-        return "Exactly one of token, topic, condition or fid must be set."
-    if not all(isinstance(message[t], str) for t in targets):
-        return f"Invalid value at 'message.{targets[0]}' (TYPE_STRING)"
-    topic = message.get("topic")
-    if isinstance(topic, str) and not _TOPIC.fullmatch(topic.removeprefix("/topics/")):
-        return "Invalid topic name"
-    data = message.get("data", {})
-    problem = _string_map(data, "message.data")
-    if problem:
-        return problem
-    for key in data:
-        if reserved_data_key(key):
-            return f"Invalid data payload key: {key}"
-    notification = message.get("notification", {})
-    if not isinstance(notification, dict):
-        return "Invalid value at 'message.notification' (type.googleapis.com/google.firebase.fcm.v1.Notification)"
-    problem = _unknown(notification, _NOTIFICATION_FIELDS, "message.notification")
-    if problem or not all(isinstance(v, str) for v in notification.values()):
-        return problem or "Invalid value at 'message.notification' (TYPE_STRING)"
-    problem = _android(message.get("android", {})) or _apns(message.get("apns", {}), bool(notification))
-    if problem:
-        return problem
-    size = len(json.dumps({"notification": notification, "data": data}).encode())
-    if size > 4096:
-        return "Message is too big"
-    return None
-
-
-def _android(android: Any) -> str | None:
-    if not isinstance(android, dict):
-        return "Invalid value at 'message.android' (type.googleapis.com/google.firebase.fcm.v1.AndroidConfig)"
-    problem = _unknown(android, _ANDROID_FIELDS, "message.android")
-    if problem:
-        return problem
-    priority = android.get("priority", "NORMAL")
-    if not isinstance(priority, str) or priority.upper() not in {"NORMAL", "HIGH"}:
-        return "Invalid value at 'message.android.priority' (type.googleapis.com/google.firebase.fcm.v1.AndroidMessagePriority)"
-    ttl = android.get("ttl", "0s")
-    if not isinstance(ttl, str) or not _DURATION.fullmatch(ttl) or float(ttl[:-1]) > 2_419_200:
-        return "Invalid value at 'message.android.ttl' (type.googleapis.com/google.protobuf.Duration)"
-    for key in ("collapse_key", "restricted_package_name"):
-        if key in android and not isinstance(android[key], str):
-            return f"Invalid value at 'message.android.{key}' (TYPE_STRING)"
-    if "data" in android:
-        return _string_map(android["data"], "message.android.data")
-    return None
-
-
-def _apns(apns: Any, has_notification: bool) -> str | None:
-    if not isinstance(apns, dict):
-        return "Invalid value at 'message.apns' (type.googleapis.com/google.firebase.fcm.v1.ApnsConfig)"
-    problem = _unknown(apns, _APNS_FIELDS, "message.apns")
-    if problem:
-        return problem
-    headers = apns.get("headers", {})
-    problem = _string_map(headers, "message.apns.headers")
-    if problem:
-        return problem
-    payload = apns.get("payload", {})
-    if not isinstance(payload, dict):
-        return "Invalid value at 'message.apns.payload' (type.googleapis.com/google.protobuf.Struct)"
-    aps = payload.get("aps", {})
-    alert = has_notification or (
-        isinstance(aps, dict) and bool(aps.get("alert") or aps.get("badge") or aps.get("sound"))
-    )
-    if headers.get("apns-priority") == "10" and not alert:
-        return "Invalid APNs priority: a data-only (background) message must use apns-priority 5."
-    return None
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import asyncio
 from alembic import context
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from schema import models, partitions
+from schema import log_models, models, partitions, webhook_models  # noqa: F401 (each registers its tables)
 
 target_metadata = models.SQLModel.metadata
 

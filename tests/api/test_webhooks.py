@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.datastructures import FormData
 from twilio.request_validator import RequestValidator
 
-from api.sendgrid_events import sendgrid_signature_valid
+from api.sendgrid_signature import sendgrid_signature_valid
 from api.webhooks import twilio_signature_valid
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid

@@ -23,7 +23,7 @@ from prometheus_client import REGISTRY
 from clarion.ports import free_port
 from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
-from core.ratelimit_redis import fail_open_counter
+from core.ratelimit_fail_open import fail_open_counter
 from harness.fakes.sendgrid import FakeSendGrid
 from harness.services import wait_until
 from providers.registry import ProviderSet

@@ -9,7 +9,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from harness.services import drop_database, fresh_database
-from schema import partitions
+from schema import log_models, partitions, webhook_models  # noqa: F401 (their tables, in the metadata)
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
 

@@ -124,3 +124,21 @@ async def test_a_day_that_landed_in_the_default_gets_its_partition_and_keeps_its
         (3, f"{parent}_default"),
     ]
     assert await partitions.default_rows(conn, parent=parent) == 1
+
+
+async def test_partitions_get_the_fill_factor_asked_for(log: tuple[asyncpg.Connection, str]) -> None:
+    conn, parent = log
+    today = dt.date(2026, 11, 25)
+    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=1, fillfactor=80)
+    await conn.execute(f"INSERT INTO {parent} VALUES (1, 'sent', $1)", at(today + 5 * DAY))  # the default
+    await partitions.ensure_ahead(conn, parent=parent, today=today + 5 * DAY, days_ahead=0, fillfactor=80)
+    options = await conn.fetch(
+        "SELECT c.relname, c.reloptions FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = $1::regclass",
+        parent,
+    )
+    # Made ahead, the default, and a day moved out of the default: each leaves room on its pages.
+    assert len(options) == 4
+    assert all(r["reloptions"] == ["fillfactor=80"] for r in options), options
+    with pytest.raises(ValueError, match="fillfactor"):
+        await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=0, fillfactor=5)

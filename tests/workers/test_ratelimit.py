@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.limiter import build_rate_limiter
-from core.ratelimit import (
-    Allowed,
-    ElasticPool,
-    MemoryRateLimiter,
-    RetryAfter,
-    Rule,
-    rate_limit_headers,
-)
+from core.ratelimit import Allowed, ElasticPool, RetryAfter, Rule, rate_limit_headers
+from core.ratelimit_memory import MemoryRateLimiter
 
 TEN_PER_S = Rule("ten-per-s", limit=10, period_s=1.0)  # emission interval T = 100 ms
 

@@ -13,9 +13,10 @@ from prometheus_client import CollectorRegistry
 from redis.crc import key_slot
 
 from core.limiter import build_rate_limiter
-from core.ratelimit import Allowed, MemoryRateLimiter, RetryAfter, Rule
+from core.ratelimit import Allowed, RetryAfter, Rule
 from core.ratelimit_cluster import RedisClusterRateLimiter, cluster_url
-from core.ratelimit_redis import FAIL_OPEN_METRIC
+from core.ratelimit_fail_open import FAIL_OPEN_METRIC
+from core.ratelimit_memory import MemoryRateLimiter
 from harness.services import wait_until
 from tests.fixtures.ratelimit import HOURLY, TIMELINES, assert_close
 from tests.fixtures.redis_cluster import RedisClusterNodes, start_cluster

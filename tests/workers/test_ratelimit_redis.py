@@ -18,13 +18,11 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from core.limiter import build_rate_limiter
-from core.ratelimit import (
-    Allowed,
-    MemoryRateLimiter,
-    RetryAfter,
-    Rule,
-)
-from core.ratelimit_redis import CHUNK, FAIL_OPEN_METRIC, RedisRateLimiter
+from core.ratelimit import Allowed, RetryAfter, Rule
+from core.ratelimit_fail_open import FAIL_OPEN_METRIC
+from core.ratelimit_lua import CHUNK
+from core.ratelimit_memory import MemoryRateLimiter
+from core.ratelimit_redis import RedisRateLimiter
 from harness.services import wait_until
 from tests.fixtures.ratelimit import HOURLY, TIMELINES, assert_close
 
@@ -210,7 +208,7 @@ async def test_reloads_the_script_after_noscript(limiter: RedisRateLimiter) -> N
 async def test_unreachable_redis_fails_open_counts_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
     registry = CollectorRegistry()
     limiter = RedisRateLimiter.from_url("redis://127.0.0.1:1", registry=registry, retry_interval_s=0)
-    caplog.set_level(logging.WARNING, logger="core.ratelimit_redis")
+    caplog.set_level(logging.WARNING, logger="core.ratelimit_fail_open")
 
     single = [await limiter.acquire("k", HOURLY) for _ in range(20)]
     batch = await limiter.acquire_many([("k", HOURLY, 1), ("k", Rule("other", 1, 1.0), 1)])

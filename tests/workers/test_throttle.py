@@ -15,15 +15,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from redis.asyncio import Redis
 
 from clarion.rules import RulesCache, RuleSpec
-from core.ratelimit import (
-    MAX_PERIOD_S,
-    MAX_REFILL_S,
-    Allowed,
-    InvalidRule,
-    MemoryRateLimiter,
-    RateLimiter,
-    Rule,
-)
+from core.ratelimit import MAX_PERIOD_S, MAX_REFILL_S, Allowed, InvalidRule, RateLimiter, Rule
+from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import RedisRateLimiter
 from core.render import RenderedContent
 from providers.errors import PermanentProviderError, TransientProviderError
@@ -72,7 +65,8 @@ def gate_for(
 ) -> ThrottleGate:
     return ThrottleGate(
         rules=RulesCache(Table(list(rules)).fetch),
-        limiter=limiter or MemoryRateLimiter(),
+        # The limiter's clock stands still with the gate's: a loaded machine cannot move a retry-after.
+        limiter=limiter or MemoryRateLimiter(clock=lambda: 1_000.0),
         provider_name=lambda platform: platform or "twilio",
         pacing=pacing,
         clock=lambda: NOW,

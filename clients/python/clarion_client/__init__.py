@@ -6,7 +6,8 @@ with Clarion(api_key, "http://127.0.0.1:8000") as clarion:
     accepted = clarion.send({"event_id": "order-123-shipped", "channel": "email", ...})
 """
 
-from clarion_client.client import AsyncClarion, Clarion
+from clarion_client.async_client import AsyncClarion
+from clarion_client.client import Clarion
 from clarion_client.errors import (
     AuthenticationError,
     BadRequestError,

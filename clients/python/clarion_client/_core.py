@@ -21,6 +21,7 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 503})
 BATCH_SIZE = 1_000  # the API's limit per POST /v1/notifications/batch
 Progress = Callable[[int, int | None], None]
+DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 @dataclass(frozen=True)
@@ -123,3 +124,12 @@ def bar(done: int, total: int | None) -> None:
     if total is not None and done >= total:
         sys.stderr.write("\n")
     sys.stderr.flush()
+
+
+def headers(api_key: str) -> dict[str, str]:
+    """The headers of every call."""
+    return {
+        "Authorization": f"Bearer {api_key}",
+        "Content-Type": "application/json",
+        "User-Agent": "clarion-client-python/0.1.0",
+    }

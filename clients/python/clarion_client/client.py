@@ -1,4 +1,5 @@
-"""``Clarion`` (sync) and ``AsyncClarion``: the same operations over httpx.
+"""``Clarion``: the API's operations over httpx, synchronously (``AsyncClarion``, in
+``clarion_client.async_client``, is the same with ``await``).
 
 A 429 or 503 is retried up to ``max_retries`` times, after the server's ``Retry-After`` (capped by
 ``max_retry_wait_s``) or an exponential backoff; the retry sends the very same body, so a send
@@ -8,7 +9,6 @@ errors raise at once, as ``clarion_client.errors`` exceptions.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -19,9 +19,11 @@ import httpx
 from clarion_client import _calls as calls
 from clarion_client._core import (
     BATCH_SIZE,
+    DEFAULT_URL,
     Call,
     Progress,
     chunks,
+    headers,
     parse,
     progress_callback,
     raise_for,
@@ -48,16 +50,6 @@ from clarion_client.models import (
     UserProfile,
 )
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-
-def _headers(api_key: str) -> dict[str, str]:
-    return {
-        "Authorization": f"Bearer {api_key}",
-        "Content-Type": "application/json",
-        "User-Agent": "clarion-client-python/0.1.0",
-    }
-
 
 class Clarion:
     """The Clarion API, synchronously. Use as a context manager, or call ``close()``."""
@@ -74,7 +66,7 @@ class Clarion:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+            base_url=base_url, headers=headers(api_key), timeout=timeout_s, transport=transport
         )
         self.max_retries, self.backoff_s, self.max_retry_wait_s = max_retries, backoff_s, max_retry_wait_s
 
@@ -185,130 +177,6 @@ class Clarion:
 
     def activate_template(self, name: str, *, channel: str, locale: str, version: int) -> Template:
         result: Template = self._do(
-            calls.activate_template(name, channel=channel, locale=locale, version=version)
-        )
-        return result
-
-
-class AsyncClarion:
-    """The Clarion API for asyncio. Use as an async context manager, or await ``aclose()``."""
-
-    def __init__(
-        self,
-        api_key: str,
-        base_url: str = DEFAULT_URL,
-        *,
-        timeout_s: float = 10.0,
-        max_retries: int = 3,
-        backoff_s: float = 0.5,
-        max_retry_wait_s: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
-        )
-        self.max_retries, self.backoff_s, self.max_retry_wait_s = max_retries, backoff_s, max_retry_wait_s
-
-    async def __aenter__(self) -> AsyncClarion:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def _do(self, call: Call) -> Any:
-        attempt = 0
-        while True:
-            attempt += 1
-            response = await self._http.request(call.method, call.path, content=call.body, params=call.params)
-            if not should_retry(response, attempt, self.max_retries):
-                raise_for(response)
-                return parse(call, response)
-            await asyncio.sleep(
-                retry_after_s(response, attempt, base_s=self.backoff_s, max_s=self.max_retry_wait_s)
-            )
-
-    async def send(self, notification: calls.NotificationLike) -> Accepted:
-        result: Accepted = await self._do(calls.send(notification))
-        return result
-
-    async def send_batch(
-        self,
-        notifications: Iterable[calls.NotificationLike],
-        *,
-        batch_size: int = BATCH_SIZE,
-        progress: Progress | bool | None = None,
-    ) -> list[BatchResult]:
-        """As ``Clarion.send_batch``; calls go one after another (the API's limits are per tenant)."""
-        report = progress_callback(progress)
-        total, done, results = total_of(notifications), 0, []
-        for chunk in chunks(notifications, batch_size):
-            results.append(await self._do(calls.send_batch(chunk)))
-            done += len(chunk)
-            if report is not None:
-                report(done, total)
-        return results
-
-    async def get_notification(self, notification_id: UUID | str) -> NotificationStatus:
-        result: NotificationStatus = await self._do(calls.get_notification(notification_id))
-        return result
-
-    async def cancel(self, notification_id: UUID | str) -> Cancelled:
-        result: Cancelled = await self._do(calls.cancel(notification_id))
-        return result
-
-    async def report_engagement(
-        self, notification_id: UUID | str, report: EngagementReport | dict[str, Any]
-    ) -> EngagementRecorded:
-        """Report an open or click your app saw; the same report again is ``duplicate``, not counted."""
-        result: EngagementRecorded = await self._do(calls.report_engagement(notification_id, report))
-        return result
-
-    async def put_user(self, external_id: str, profile: UserProfile | dict[str, Any]) -> User:
-        result: User = await self._do(calls.put_user(external_id, profile))
-        return result
-
-    async def get_user(self, external_id: str) -> User:
-        result: User = await self._do(calls.get_user(external_id))
-        return result
-
-    async def add_device(self, external_id: str, device: Device | dict[str, Any]) -> DeviceOut:
-        result: DeviceOut = await self._do(calls.add_device(external_id, device))
-        return result
-
-    async def remove_device(self, external_id: str, token: str) -> None:
-        await self._do(calls.remove_device(external_id, token))
-
-    async def get_preferences(self, external_id: str) -> Preferences:
-        result: Preferences = await self._do(calls.get_preferences(external_id))
-        return result
-
-    async def set_preferences(
-        self, external_id: str, preferences: list[Preference | dict[str, Any]]
-    ) -> Preferences:
-        result: Preferences = await self._do(calls.set_preferences(external_id, preferences))
-        return result
-
-    async def create_template(self, template: TemplateIn | dict[str, Any]) -> Template:
-        result: Template = await self._do(calls.create_template(template))
-        return result
-
-    async def list_templates(self, channel: str | None = None) -> list[Template]:
-        result: list[Template] = await self._do(calls.list_templates(channel))
-        return result
-
-    async def get_template(self, name: str, channel: str | None = None) -> list[Template]:
-        result: list[Template] = await self._do(calls.get_template(name, channel))
-        return result
-
-    async def preview_template(self, name: str, preview: PreviewIn | dict[str, Any]) -> Preview:
-        result: Preview = await self._do(calls.preview_template(name, preview))
-        return result
-
-    async def activate_template(self, name: str, *, channel: str, locale: str, version: int) -> Template:
-        result: Template = await self._do(
             calls.activate_template(name, channel=channel, locale=locale, version=version)
         )
         return result
