@@ -78,17 +78,10 @@ async def authenticate(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        raise ApiError(
-            401,
-            "unauthorized",
-            "Send your API key as 'Authorization: Bearer <key>'.",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise unauthorized("Send your API key as 'Authorization: Bearer <key>'.")
     key = key.strip()
     if split_key(key) is None:  # not clk_<id>_<secret> (at most 200 characters): never looked up
-        raise ApiError(
-            401, "unauthorized", "The API key is unknown or revoked.", headers={"WWW-Authenticate": "Bearer"}
-        )
+        raise unauthorized("The API key is unknown or revoked.")
     cache: KeyCache = request.app.state.key_cache
     engine = request.app.state.engine
 
@@ -98,9 +91,7 @@ async def authenticate(request: Request) -> Principal:
 
     principal = await cache.resolve(key, load)
     if principal is None:
-        raise ApiError(
-            401, "unauthorized", "The API key is unknown or revoked.", headers={"WWW-Authenticate": "Bearer"}
-        )
+        raise unauthorized("The API key is unknown or revoked.")
     request.state.principal = principal
     return principal
 
@@ -122,6 +113,11 @@ def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     return dependency
 
 
+def unauthorized(message: str) -> ApiError:
+    """A 401 asking for bearer credentials (``WWW-Authenticate: Bearer``); ``message`` says which."""
+    return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
 def bearer_matches(request: Request, token: SecretStr) -> bool:
     """Whether the request's bearer value is ``token`` (compared in constant time)."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -135,19 +131,10 @@ async def require_operator(request: Request) -> None:
     credentials, 404 for any bearer value while no token is configured (the route does not
     exist), 401 for any other bearer value."""
     token = request.app.state.settings.operator_token
+    ask = "Send the operator token as 'Authorization: Bearer <CLARION_OPERATOR_TOKEN>'."
     if not request.headers.get("authorization"):  # no credentials at all: 401 first, as everywhere
-        raise ApiError(
-            401,
-            "unauthorized",
-            "Send the operator token as 'Authorization: Bearer <CLARION_OPERATOR_TOKEN>'.",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise unauthorized(ask)
     if token is None:
         raise ApiError(404, "not_found", "Set CLARION_OPERATOR_TOKEN to serve the operator routes.")
     if not bearer_matches(request, token):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "Send the operator token as 'Authorization: Bearer <CLARION_OPERATOR_TOKEN>'.",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise unauthorized(ask)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -36,25 +37,18 @@ def is_async_callable(obj: object) -> bool:
     return inspect.iscoroutinefunction(obj) or (callable(obj) and inspect.iscoroutinefunction(obj.__call__))
 
 
+@dataclass(eq=False)
 class FastRoute:
     """Serves ``method path`` with ``endpoint(request)``; everything else goes on to ``app``."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        method: str,
-        path: str,
-        endpoint: Endpoint,
-        handlers: Mapping[Any, Handler],
-    ) -> None:
-        self.app = app
-        self.method = method
-        self.path = path
-        self.endpoint = endpoint
-        # The app's handlers by exception type; the catch-all for ``Exception`` belongs to
-        # Starlette's server-error middleware, which also re-raises to the server, so it is left there.
-        self.handlers = handlers
+    app: ASGIApp
+    _: KW_ONLY
+    method: str
+    path: str
+    endpoint: Endpoint
+    # The app's handlers by exception type; the catch-all for ``Exception`` belongs to
+    # Starlette's server-error middleware, which also re-raises to the server, so it is left there.
+    handlers: Mapping[Any, Handler]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != self.method:

@@ -30,9 +30,10 @@ import asyncpg
 
 from bench.load import Driver, LoadPlan
 from bench.procfs import children_of, cpu_s, machine_busy_s, pids_named
-from clarion.broker import TansuBroker, free_port
+from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
+from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from harness.tenants import TenantInfo, make_tenant

@@ -18,8 +18,9 @@ from collections import Counter
 
 import aiohttp
 
-from clarion.broker import TansuBroker, free_port
+from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
+from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from harness.tenants import make_tenant

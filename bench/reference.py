@@ -37,11 +37,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, EmailStr
 
-from bench.e2e import Measurement, count_at_least, print_figures, ready
+from bench.e2e import Measurement, Pipeline, measure, print_figures, ready
 from bench.load import LoadPlan
-from clarion.broker import TansuBroker, free_port
+from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
+from clarion.ports import free_port
 from harness.services import drop_database, pg_url, wait_until
 from schema.db import ensure_database
 
@@ -236,18 +237,9 @@ async def run_reference(plan: LoadPlan) -> Measurement:
     reference = Reference(broker.bootstrap, "redis://127.0.0.1:6379/0")
     try:
         url = await reference.start()
-        conn = await asyncpg.connect(reference.dsn)
         await wait_until(lambda: ready(url), 30)
-        measurement = Measurement(
-            {role: proc.pid for role, proc in reference.procs.items()}, broker_pid=broker.pid
-        )
-        await measurement.run(
-            plan.driver(url, reference.key),
-            warm_up=plan.warm_up(url, reference.key),
-            concurrency=plan.concurrency,
-            delivered=lambda n: count_at_least(conn, "sent", n),
-        )
-        await conn.close()
+        processes = {role: proc.pid for role, proc in reference.procs.items()}
+        measurement = await measure(Pipeline(url, reference.key, reference.url, processes, broker.pid), plan)
         print_figures(
             f"Reference pipeline (FastAPI + asyncpg + aiokafka + Redis + aiohttp; load: {plan.describe()})",
             measurement,

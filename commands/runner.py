@@ -23,6 +23,7 @@ from clarion.kafka import Publisher, create_topics
 from clarion.log_maintenance import Maintainer, MaintenanceReport
 from clarion.pg import asyncpg_dsn, create_pool
 from clarion.settings import Settings
+from clarion.tasks import running
 from clarion.tenants import create_api_key, ensure_tenant
 from commands.api_workers import reuse_port_socket
 from core import ssrf
@@ -65,22 +66,24 @@ def _token() -> str:
     return secrets.token_urlsafe(24)
 
 
-async def wait_for_signal() -> None:
-    stop = asyncio.Event()
+def _signalled() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM, whose handlers replace the default kill from now on."""
+    stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+        loop.add_signal_handler(sig, stopping.set)
+    return stopping
+
+
+async def wait_for_signal() -> None:
+    await _signalled().wait()
 
 
 async def until_signal(run: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]) -> None:
     """Run ``run(stop)`` where ``stop()`` returns on SIGINT or SIGTERM. The handlers are installed
     before ``run`` starts anything, so a signal during start-up still ends in a clean stop (the
     part finishes starting, then stops) rather than the default kill."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
+    stopping = _signalled()
 
     async def stop() -> None:
         await stopping.wait()
@@ -160,15 +163,14 @@ async def run_relay(settings: Settings, stop: Callable[[], Awaitable[None]]) -> 
     metrics.serve_metrics(settings.metrics_port)
     engine = create_engine(settings.database_url, pool_size=2)
     publisher = Publisher(settings.kafka_bootstrap or "")
-    upkeep = asyncio.create_task(log_maintainer(settings).run(), name="clarion-log-maintenance")
     try:
-        async with Relay.from_settings(engine, publisher, settings).running():
+        async with (
+            running(log_maintainer(settings).run(), name="clarion-log-maintenance"),
+            Relay.from_settings(engine, publisher, settings).running(),
+        ):
             gc.freeze()  # what start-up built lives as long as the process (see serve_api)
             await stop()
     finally:
-        upkeep.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await upkeep
         await publisher.close()
         await engine.dispose()
 
@@ -213,14 +215,11 @@ async def run_webhooks(settings: Settings, stop: Callable[[], Awaitable[None]]) 
     metrics.serve_metrics(settings.metrics_port)
     pool = await create_pool(settings.database_url, size=min(settings.db_pool_size, 10))
     deliverer = WebhookDeliverer(pool=pool, settings=delivery_settings(settings))
-    task = asyncio.create_task(deliverer.run())
-    gc.freeze()  # what start-up built lives as long as the process (see serve_api)
     try:
-        await stop()
+        async with running(deliverer.run()):
+            gc.freeze()  # what start-up built lives as long as the process (see serve_api)
+            await stop()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await pool.close()
 
 

@@ -21,11 +21,12 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
-    InvalidRecipient,
     PermanentProviderError,
     ProviderError,
     TransientProviderError,
+    overloaded,
     parse_retry_after,
+    refusal,
 )
 from providers.h2client import H2Client, H2Error, H2Response, H2Timeout
 from providers.settings import ApnsSettings
@@ -176,17 +177,15 @@ class ApnsProvider:
         status = response.status
         reason = _reason(response) or f"http_{status}"
         text = f"APNs refused the push: {status} {reason}"
-        if reason in _INVALID_RECIPIENT:
-            return InvalidRecipient(text, provider=self.name, code=reason, http_status=status)
-        if reason in _TRANSIENT or status == 429 or status >= 500:
-            return TransientProviderError(
-                text,
-                provider=self.name,
-                code=reason,
-                http_status=status,
-                retry_after_s=parse_retry_after(_text(response.headers.get(b"retry-after"))),
-            )
-        return PermanentProviderError(text, provider=self.name, code=reason, http_status=status)
+        return refusal(
+            text,
+            provider=self.name,
+            code=reason,
+            http_status=status,
+            invalid_recipient=reason in _INVALID_RECIPIENT,
+            transient=reason in _TRANSIENT or overloaded(status),
+            retry_after_s=parse_retry_after(_text(response.headers.get(b"retry-after"))),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP/2 connections; a later ``send`` opens new ones."""

@@ -74,6 +74,32 @@ class InvalidRecipient(PermanentProviderError):
     """The recipient address or device token is invalid; the device is deactivated on this error."""
 
 
+def overloaded(http_status: int) -> bool:
+    """``429`` or any ``5xx``: the provider is busy or failing, not refusing this request."""
+    return http_status == 429 or http_status >= 500
+
+
+def refusal(
+    text: str,
+    *,
+    provider: str,
+    code: str,
+    http_status: int,
+    invalid_recipient: bool,
+    transient: bool,
+    retry_after_s: float | None = None,
+) -> ProviderError:
+    """The error for a provider that answered without delivering, as the provider's own classifier
+    judged its answer: the recipient invalid, else worth retrying (``transient``), else permanent."""
+    if invalid_recipient:
+        return InvalidRecipient(text, provider=provider, code=code, http_status=http_status)
+    if transient:
+        return TransientProviderError(
+            text, provider=provider, code=code, http_status=http_status, retry_after_s=retry_after_s
+        )
+    return PermanentProviderError(text, provider=provider, code=code, http_status=http_status)
+
+
 def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), ``None`` if absent/bad.
 

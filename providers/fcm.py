@@ -17,13 +17,14 @@ from google.oauth2 import service_account
 
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
-    InvalidRecipient,
     PermanentProviderError,
     ProviderError,
     TransientProviderError,
+    overloaded,
     parse_retry_after,
+    refusal,
 )
-from providers.session import LazySession, transport_errors
+from providers.session import LazySession, json_object, transport_errors
 from providers.settings import FcmSettings
 from schema.enums import Channel, Priority
 
@@ -126,7 +127,7 @@ class FcmProvider:
         with transport_errors(provider=self.name, label="FCM"):
             async with self._http.get().post(self._url, data=body, headers=headers) as response:
                 raw = await response.read()
-                return response.status, dict(response.headers), _json_object(raw)
+                return response.status, dict(response.headers), json_object(raw)
 
     def _classify(self, status: int, headers: dict[str, str], document: dict[str, Any]) -> ProviderError:
         error = document.get("error") if isinstance(document.get("error"), dict) else {}
@@ -136,19 +137,19 @@ class FcmProvider:
         code = error_code or grpc_status or f"http_{status}"
         text = f"FCM refused the message: {status} {code}: {error.get('message', '')}"
         retry_after_s = parse_retry_after(headers.get("Retry-After"))
-        if error_code in _INVALID_RECIPIENT or (error_code == "INVALID_ARGUMENT" and _about_token(error)):
-            return InvalidRecipient(text, provider=self.name, code=code, http_status=status)
-        if error_code in _TRANSIENT:
-            return TransientProviderError(
-                text, provider=self.name, code=code, http_status=status, retry_after_s=retry_after_s
-            )
-        if error_code is not None and error_code != "UNSPECIFIED_ERROR":
-            return PermanentProviderError(text, provider=self.name, code=code, http_status=status)
-        if grpc_status in _TRANSIENT or status == 429 or status >= 500:
-            return TransientProviderError(
-                text, provider=self.name, code=code, http_status=status, retry_after_s=retry_after_s
-            )
-        return PermanentProviderError(text, provider=self.name, code=code, http_status=status)
+        # A specific errorCode decides; without one (or UNSPECIFIED_ERROR), the gRPC status and HTTP status do.
+        unspecified = error_code is None or error_code == "UNSPECIFIED_ERROR"
+        return refusal(
+            text,
+            provider=self.name,
+            code=code,
+            http_status=status,
+            invalid_recipient=error_code in _INVALID_RECIPIENT
+            or (error_code == "INVALID_ARGUMENT" and _about_token(error)),
+            transient=error_code in _TRANSIENT
+            or (unspecified and (grpc_status in _TRANSIENT or overloaded(status))),
+            retry_after_s=retry_after_s,
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool and the token fetcher's session."""
@@ -189,14 +190,6 @@ def _message(message: RenderedMessage) -> dict[str, Any]:
 def reserved_data_key(key: str) -> bool:
     """FCM answers 400 INVALID_ARGUMENT for these ``data`` keys (docs/providers.md 7.1)."""
     return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
-
-
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 def _details(document: dict[str, Any]) -> list[dict[str, Any]]:

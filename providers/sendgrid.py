@@ -30,14 +30,14 @@ from sendgrid.helpers.mail.exceptions import ApiKeyIncludedException
 
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
-    InvalidRecipient,
     PermanentProviderError,
     ProviderError,
-    TransientProviderError,
+    overloaded,
     parse_retry_after,
+    refusal,
 )
 from providers.headers import check_header_value
-from providers.session import LazySession, transport_errors
+from providers.session import LazySession, json_object, transport_errors
 from providers.settings import SendGridSettings
 from schema.enums import Channel
 
@@ -126,17 +126,16 @@ class SendGridProvider:
         text = f"SendGrid refused the message: {status}: " + "; ".join(
             f"{e.get('field') or '-'}: {e.get('message', '')}" for e in errors
         )
-        if status == 429 or status >= 500:
-            return TransientProviderError(
-                text,
-                provider=self.name,
-                code=code,
-                http_status=status,
-                retry_after_s=_retry_after_s(status, headers),
-            )
-        if status == 400 and any(_RECIPIENT_FIELD.match(str(e.get("field") or "")) for e in errors):
-            return InvalidRecipient(text, provider=self.name, code=code, http_status=status)
-        return PermanentProviderError(text, provider=self.name, code=code, http_status=status)
+        return refusal(
+            text,
+            provider=self.name,
+            code=code,
+            http_status=status,
+            invalid_recipient=status == 400
+            and any(_RECIPIENT_FIELD.match(str(e.get("field") or "")) for e in errors),
+            transient=overloaded(status),
+            retry_after_s=_retry_after_s(status, headers),
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool; a later ``send`` opens a new one."""
@@ -163,11 +162,7 @@ def _retry_after_s(status: int, headers: Mapping[str, str]) -> float | None:
 
 
 def _errors(raw: bytes) -> list[dict[str, Any]]:
-    try:
-        document = json.loads(raw) if raw else {}
-    except ValueError:
-        return []
-    errors = document.get("errors") if isinstance(document, dict) else None
+    errors = json_object(raw).get("errors")
     return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
 
 

@@ -9,7 +9,9 @@ turned so in one place, `transport_errors`, as httpx maps httpcore's errors.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import aiohttp
 
@@ -57,3 +59,13 @@ def transport_errors(*, provider: str, label: str) -> Iterator[None]:
         raise TransientProviderError(
             f"{label} connection failed: {exc!r}", provider=provider, code="connection_error"
         ) from exc
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A response body as the JSON object it should be: ``{}`` when it is empty, not JSON, or not
+    an object (a proxy's HTML error page, a truncated body)."""
+    try:
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}

@@ -12,19 +12,17 @@ when ``status_callbacks`` is on (``TwilioSettings.with_status_callback``, applie
 from __future__ import annotations
 
 import base64
-import json
 import time
 from typing import Any, ClassVar
 
 from providers.base import RenderedMessage, SendResult
 from providers.errors import (
-    InvalidRecipient,
-    PermanentProviderError,
     ProviderError,
-    TransientProviderError,
+    overloaded,
     parse_retry_after,
+    refusal,
 )
-from providers.session import LazySession, transport_errors
+from providers.session import LazySession, json_object, transport_errors
 from providers.settings import TwilioSettings
 from schema.enums import Channel
 
@@ -103,7 +101,7 @@ class TwilioProvider:
         with transport_errors(provider=self.name, label="Twilio"):
             async with self._http.get().post(self._url, data=self._form(message)) as response:
                 status, headers = response.status, response.headers
-                document = _json_object(await response.read())
+                document = json_object(await response.read())
         if status in (200, 201) and isinstance(document.get("sid"), str):
             return SendResult(
                 provider=self.name,
@@ -118,13 +116,15 @@ class TwilioProvider:
         twilio_code = raw_code if isinstance(raw_code, int) else None
         code = str(twilio_code) if twilio_code is not None else f"http_{status}"
         text = f"Twilio refused the message: {status} {code}: {document.get('message', '')}"
-        if twilio_code in _INVALID_RECIPIENT:
-            return InvalidRecipient(text, provider=self.name, code=code, http_status=status)
-        if twilio_code in _TRANSIENT or status == 429 or status >= 500:
-            return TransientProviderError(
-                text, provider=self.name, code=code, http_status=status, retry_after_s=retry_after_s
-            )
-        return PermanentProviderError(text, provider=self.name, code=code, http_status=status)
+        return refusal(
+            text,
+            provider=self.name,
+            code=code,
+            http_status=status,
+            invalid_recipient=twilio_code in _INVALID_RECIPIENT,
+            transient=twilio_code in _TRANSIENT or overloaded(status),
+            retry_after_s=retry_after_s,
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool; a later ``send`` opens a new one."""
@@ -136,11 +136,3 @@ def _segments(value: Any) -> int:
         return max(1, int(value))
     except (TypeError, ValueError):
         return 1
-
-
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return document if isinstance(document, dict) else {}

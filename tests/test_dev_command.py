@@ -14,7 +14,7 @@ import sys
 
 import httpx
 
-from clarion.broker import free_port
+from clarion.ports import free_port
 from commands.runner import first_send_curl
 from harness.services import ROOT, drop_database, pg_url, wait_until
 

@@ -17,6 +17,7 @@ from uuid import UUID
 
 import asyncpg
 
+from clarion.rows import from_row
 from schema.enums import Channel, Priority
 from schema.ids import created_window
 
@@ -75,28 +76,14 @@ class ClaimedNotification:
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> ClaimedNotification:
-        return cls(
-            id=record["id"],
-            tenant_id=record["tenant_id"],
-            event_id=record["event_id"],
+        return from_row(
+            cls,
+            record,
             channel=Channel(record["channel"]),
-            category=record["category"],
             priority=Priority(record["priority"]),
-            template=record["template"],
-            template_version=record["template_version"],
-            locale=record["locale"],
             content=InlineContent.of(record["content"]) if record["content"] is not None else None,
             data=record["data"] or {},
-            attempts=record["attempts"],
-            claims=record["claims"],
-            expires_at=record["expires_at"],
-            user_id=record["user_id"],
             external_user_id=record["external_id"],
-            email=record["email"],
-            phone=record["phone"],
-            timezone=record["timezone"],
-            quiet_hours_start=record["quiet_hours_start"],
-            quiet_hours_end=record["quiet_hours_end"],
         )
 
 

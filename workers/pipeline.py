@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -77,35 +77,29 @@ def decode(
     return good, bad
 
 
+@dataclass(kw_only=True, eq=False)
 class Pipeline:
     """Delivers batches of notifications for one channel."""
 
-    def __init__(
-        self,
-        *,
-        channel: Channel,
-        pool: asyncpg.Pool,
-        content: Content,
-        sender: Sender,
-        policy: RetryPolicy,
-        lease_s: float,
-        concurrency: int,
-        max_claims: int = 5,
-        screens: Sequence[Screen] = (),
-        gates: Sequence[Gate] = (),
-    ) -> None:
-        self.channel = channel
-        self.pool = pool
-        self.content = content
-        self.sender = sender
-        self.policy = policy
-        self.lease_s = lease_s
-        self.max_claims = max_claims
-        self.screens = [*screens, ExpiryScreen()]
-        self.gates = list(gates)
-        self._slots = asyncio.Semaphore(concurrency)  # provider calls in flight
-        self._events: dict[UUID, str] = {}  # event ids of processed, not yet recorded outcomes
-        self._traces: dict[UUID, str] = {}  # claim spans (traceparents) of those, when tracing
+    channel: Channel
+    pool: asyncpg.Pool
+    content: Content
+    sender: Sender
+    policy: RetryPolicy
+    lease_s: float
+    concurrency: InitVar[int]  # provider calls in flight at most (``_slots``)
+    max_claims: int = 5
+    screens: list[Screen] = field(default_factory=list)  # the expiry screen is added last
+    gates: list[Gate] = field(default_factory=list)
+    _slots: asyncio.Semaphore = field(init=False)
+    # event ids of processed, not yet recorded outcomes, and their claim spans (traceparents) when tracing
+    _events: dict[UUID, str] = field(init=False, default_factory=dict)
+    _traces: dict[UUID, str] = field(init=False, default_factory=dict)
+
+    def __post_init__(self, concurrency: int) -> None:
+        self.screens = [*self.screens, ExpiryScreen()]
+        self.gates = list(self.gates)
+        self._slots = asyncio.Semaphore(concurrency)
 
     async def process(self, messages: list[NotificationMessage]) -> list[Outcome]:
         """Claim the batch and take every claimed notification to an outcome (provider calls

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,29 +32,20 @@ from workers.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 
+@dataclass(kw_only=True, eq=False)
 class Sender:
     """Makes the provider calls of one channel's worker."""
 
-    def __init__(
-        self,
-        *,
-        channel: Channel,
-        pool: asyncpg.Pool,
-        providers: ProviderSet,
-        policy: RetryPolicy,
-        breakers: Breakers | None = None,
-        unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None,
-        on_provider_error: Callable[[ProviderError], None] | None = None,
-        push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None,
-    ) -> None:
-        self.channel = channel
-        self.pool = pool
-        self.providers = providers
-        self.policy = policy
-        self.breakers = breakers
-        self.unsubscribe_url = unsubscribe_url
-        self.on_provider_error = on_provider_error  # e.g. adaptive pacing slows down on a 429
-        self.push_data = push_data  # what Clarion adds to a push's data (the device's event token)
+    channel: Channel
+    pool: asyncpg.Pool
+    providers: ProviderSet
+    policy: RetryPolicy
+    breakers: Breakers | None = None
+    unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None
+    # e.g. adaptive pacing slows down on a 429
+    on_provider_error: Callable[[ProviderError], None] | None = None
+    # what Clarion adds to a push's data (the device's event token)
+    push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None
 
     async def send(
         self,

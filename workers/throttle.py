@@ -33,6 +33,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from clarion import metrics
@@ -108,6 +109,7 @@ def shared_rate_limiter(redis_url: str | None, *, key_prefix: str = "clarion:") 
     return _process_limiter
 
 
+@dataclass(kw_only=True, eq=False)
 class AdaptivePacing:
     """A per-provider rate factor in ``[min_factor, 1]`` applied to its pacing rules.
 
@@ -116,23 +118,14 @@ class AdaptivePacing:
     Each process adapts to what its own calls see.
     """
 
-    def __init__(
-        self,
-        *,
-        decrease: float = 0.5,
-        step: float = 0.1,
-        quiet_interval_s: float = 5.0,
-        cooldown_s: float = 1.0,
-        min_factor: float = 1 / 16,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.decrease = decrease
-        self.step = step
-        self.quiet_interval_s = quiet_interval_s
-        self.cooldown_s = cooldown_s
-        self.min_factor = min_factor
-        self._clock = clock
-        self._state: dict[str, tuple[float, float]] = {}  # provider -> (factor at last 429, its time)
+    decrease: float = 0.5
+    step: float = 0.1
+    quiet_interval_s: float = 5.0
+    cooldown_s: float = 1.0
+    min_factor: float = 1 / 16
+    clock: Callable[[], float] = time.monotonic
+    # provider -> (factor at last 429, its time)
+    _state: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
 
     def factor(self, provider: str) -> float:
         """The current rate factor for ``provider`` (1.0: the rules' nominal pace)."""
@@ -140,7 +133,7 @@ class AdaptivePacing:
         if state is None:
             return 1.0
         base, at = state
-        recovered = base + self.step * math.floor((self._clock() - at) / self.quiet_interval_s)
+        recovered = base + self.step * math.floor((self.clock() - at) / self.quiet_interval_s)
         if recovered >= 1.0:
             del self._state[provider]
             return 1.0
@@ -150,7 +143,7 @@ class AdaptivePacing:
         """Slow the provider down when it answered 429 (the pipeline's ``on_provider_error`` hook)."""
         if error.http_status != 429:
             return
-        now = self._clock()
+        now = self.clock()
         state = self._state.get(error.provider)
         if state is not None and now - state[1] < self.cooldown_s:
             return

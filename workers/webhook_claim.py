@@ -17,6 +17,8 @@ from uuid import UUID
 
 import asyncpg
 
+from clarion.rows import from_row
+
 CLAIM = """
 WITH due AS (
     SELECT d.id, d.created_at FROM webhook_deliveries d
@@ -58,14 +60,9 @@ async def claim(*, pool: asyncpg.Pool, limit: int, lease_s: float) -> list[Claim
     """Up to ``limit`` due deliveries, leased to this caller for ``lease_s`` seconds."""
     rows = await pool.fetch(CLAIM, limit, lease_s)
     return [
-        ClaimedDelivery(
-            id=r["id"],
-            created_at=r["created_at"],
-            endpoint_id=r["endpoint_id"],
-            event_id=r["event_id"],
-            body=r["body"],
-            attempts=r["attempts"],
-            url=r["url"],
+        from_row(
+            ClaimedDelivery,
+            r,
             secrets=(r["secret"],) + ((r["previous_secret"],) if r["previous_secret"] else ()),
         )
         for r in rows

@@ -18,7 +18,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import bearer_matches
+from api.auth import bearer_matches, unauthorized
 from api.errors import ApiError
 from api.ops import QueueMonitor
 from clarion import metrics
@@ -43,12 +43,7 @@ async def prometheus_metrics(request: Request) -> Response:
             raise ApiError(404, "not_found", "Set CLARION_METRICS_TOKEN to serve /metrics on the API.")
     else:
         if not bearer_matches(request, token):
-            raise ApiError(
-                401,
-                "unauthorized",
-                "Send the metrics token as 'Authorization: Bearer <CLARION_METRICS_TOKEN>'.",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            raise unauthorized("Send the metrics token as 'Authorization: Bearer <CLARION_METRICS_TOKEN>'.")
     monitor: QueueMonitor = request.app.state.queues
     await monitor.refresh_gauges()
     return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)

@@ -100,9 +100,7 @@ async def run(
     count = scaled(FULL, scale, minimum=2000)
     critical = int(critical_rate * critical_s)
     result = Result("6 backlog isolation", count + critical)
-    stack = Stack(StackOptions(channels=("email",), relay_stale_queued_s=300.0), log_dir)
-    try:
-        await stack.start()
+    async with Stack(StackOptions(channels=("email",), relay_stale_queued_s=300.0), log_dir) as stack:
         key = await stack.make_tenant("critical")
         imported_in_s = await import_backlog(stack, count)
         published_at = time.monotonic()
@@ -157,8 +155,6 @@ async def run(
             f"send {_ms(stages['send'][1])}); backlog drained {drained_in_s:.0f} s later; "
             "max latency column = critical"
         )
-    finally:
-        await stack.close()
     return result
 
 

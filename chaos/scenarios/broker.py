@@ -22,9 +22,7 @@ FULL = 5_000
 async def run(scale: float, log_dir: Path, *, outage_s: float = 5.0) -> Result:
     count = scaled(FULL, scale)
     result = Result("2 broker loss", count)
-    stack = Stack(StackOptions(relay_stale_queued_s=10.0), log_dir)
-    try:
-        await stack.start()
+    async with Stack(StackOptions(relay_stale_queued_s=10.0), log_dir) as stack:
         load = start_load(stack, count=count)
         await load.until_answered(count // 3, 300)
         killed_at = time.monotonic()
@@ -43,6 +41,4 @@ async def run(scale: float, log_dir: Path, *, outage_s: float = 5.0) -> Result:
         )
         result.check(rec.sent == count, f"sent {rec.sent} of {count}")
         result.check(sum(republished.values()) > 0, "the relay republished nothing")
-    finally:
-        await stack.close()
     return result

@@ -27,9 +27,7 @@ async def run(
     count = scaled(FULL, scale)
     result = Result("1 worker crash (SIGKILL)", count)
     lease_s = 10.0
-    stack = Stack(StackOptions(sendgrid=True, lease_s=lease_s), log_dir)
-    try:
-        await stack.start()
+    async with Stack(StackOptions(sendgrid=True, lease_s=lease_s), log_dir) as stack:
         load = start_load(stack, count=count, rate=rate)
         victims = itertools.cycle([w for ch in stack.options.channels for w in stack.workers[ch]])
         kills = 0
@@ -50,6 +48,4 @@ async def run(
             f"expiry ({lease_s:.0f} s lease)"
         )
         result.check(rec.sent == count, f"sent {rec.sent} of {count}")
-    finally:
-        await stack.close()
     return result

@@ -40,9 +40,7 @@ async def _probe_while_down(stack: Stack, outage_s: float) -> list[dict[str, obj
 async def run(scale: float, log_dir: Path, *, outage_s: float = 8.0) -> Result:
     count = scaled(FULL, scale)
     result = Result("3 database restart", count)
-    stack = Stack(StackOptions(), log_dir)
-    try:
-        await stack.start()
+    async with Stack(StackOptions(), log_dir) as stack:
         load = start_load(stack, count=count, give_up_s=180)
         await load.until_answered(count // 3, 300)
         await asyncio.to_thread(stack.pg.stop, mode="fast")
@@ -70,6 +68,4 @@ async def run(scale: float, log_dir: Path, *, outage_s: float = 8.0) -> Result:
             f"down {outage_s:.0f}+1 s: {len(probes)} probes all 503 database_unavailable "
             f"(slowest {slowest:.2f} s), /readyz 503; load saw {errors}"
         )
-    finally:
-        await stack.close()
     return result

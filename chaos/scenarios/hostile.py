@@ -184,9 +184,7 @@ async def run(scale: float, log_dir: Path) -> Result:
     half = count // 2
     result = Result("8 hostile tenant", count)
     options = StackOptions(redis=True, sendgrid=True, twilio=True, replicas={"email": 1}, lease_s=5.0)
-    stack = Stack(options, log_dir)
-    try:
-        await stack.start()
+    async with Stack(options, log_dir) as stack:
         hostile = Hostile(stack, await stack.make_tenant(HOSTILE_TENANT))
         alone = start_load(stack, count=half, rate=RATE_PER_S, name="alone")
         await alone.wait(600)
@@ -222,8 +220,6 @@ async def run(scale: float, log_dir: Path) -> Result:
             f"{hostile.count:,} hostile requests ({len(HOSTILE)} kinds), {len(hostile.bad)} contract breaks, "
             f"accepted ones final: {dict(b_final)}"
         )
-    finally:
-        await stack.close()
     return result
 
 

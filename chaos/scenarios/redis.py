@@ -46,9 +46,7 @@ async def redis_keys(stack: Stack) -> int:
 async def run(scale: float, log_dir: Path, *, outage_s: float = 8.0) -> Result:
     count = scaled(FULL, scale)
     result = Result("5 redis down", count)
-    stack = Stack(StackOptions(redis=True), log_dir)
-    try:
-        await stack.start()
+    async with Stack(StackOptions(redis=True), log_dir) as stack:
         for rule in RULES:
             status, body, _ = await stack.call("POST", "/v1/rate-limits", json_body=rule)
             if status != 201:
@@ -86,6 +84,4 @@ async def run(scale: float, log_dir: Path, *, outage_s: float = 8.0) -> Result:
             f"Redis down {outage_s:.0f} s: {int(opened_before_second):,} fail-open admissions, no crash; "
             f"after recovery 0 new fail-opens, {keys_after} limiter keys in Redis"
         )
-    finally:
-        await stack.close()
     return result

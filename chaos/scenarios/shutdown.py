@@ -13,10 +13,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from chaos.procs import Proc, wait_listening
+from chaos.procs import Proc
 from chaos.report import Result
 from chaos.scenarios.common import scaled, settle, start_load
 from chaos.stack import Stack, StackOptions
+from clarion.ports import wait_listening
 
 FULL = 5_000
 
@@ -30,9 +31,7 @@ async def _stop(proc: Proc, bound_s: float) -> tuple[float, int | None]:
 async def run(scale: float, log_dir: Path, *, stop_bound_s: float = 30.0) -> Result:
     count = scaled(FULL, scale)
     result = Result("7 graceful shutdown (SIGTERM)", count)
-    stack = Stack(StackOptions(), log_dir)
-    try:
-        await stack.start()
+    async with Stack(StackOptions(), log_dir) as stack:
         load = start_load(stack, count=count, give_up_s=180)
         assert stack.api is not None and stack.relay is not None
         victims = [stack.api, *[w for ch in stack.options.channels for w in stack.workers[ch]], stack.relay]
@@ -58,6 +57,4 @@ async def run(scale: float, log_dir: Path, *, stop_bound_s: float = 30.0) -> Res
         )
         result.check(rec.sent == count, f"sent {rec.sent} of {count}")
         result.check(rec.duplicates == 0, f"{rec.duplicates} provider duplicates after graceful stops")
-    finally:
-        await stack.close()
     return result

@@ -82,9 +82,7 @@ async def run(scale: float, log_dir: Path) -> Result:
     options = StackOptions(
         channels=("email",), redis=True, sendgrid=True, storm=dict(STORM), env=dict(SETTINGS), lease_s=10.0
     )
-    stack = Stack(options, log_dir)
-    try:
-        await stack.start()
+    async with Stack(options, log_dir) as stack:
         rule = {"name": "sendgrid-pace", "scope": "provider", "provider": "sendgrid", "channel": "email",
                 "limit": PACE_PER_S, "period_s": 1, "burst": BURST}  # fmt: skip
         status, body, _ = await stack.call("POST", "/v1/rate-limits", json_body=rule)
@@ -157,6 +155,4 @@ async def run(scale: float, log_dir: Path) -> Result:
             f"breakers open->closed: {sum(opened_and_closed.values())}/{len(opened_and_closed)}; "
             f"peak {peak} calls/s vs pacing {PACE_PER_S}/s + burst {BURST}"
         )
-    finally:
-        await stack.close()
     return result

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from clarion.broker import free_port
+from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, wait_until
 from tests.conftest import make_tenant

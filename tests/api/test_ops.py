@@ -14,7 +14,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from clarion import status
-from clarion.broker import free_port
+from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ROOT, ApiServer, api_client, wait_until
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, Stack, TenantInfo, make_tenant

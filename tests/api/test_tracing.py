@@ -9,7 +9,6 @@ from uuid import UUID
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -21,6 +20,7 @@ from clarion.settings import Settings
 from harness.services import wait_until
 from schema.enums import Channel
 from schema.messages import topic
+from tests.fixtures.db import one, scalar
 from tests.fixtures.sends import email_send
 from tests.fixtures.spans import HOSTILE, VALID, in_memory_traces, named, traceparent
 
@@ -32,9 +32,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 async def stored_traceparent(engine: AsyncEngine, notification_id: str) -> str | None:
-    async with engine.connect() as conn:
-        query = sa.text("SELECT traceparent FROM notifications WHERE id = :id")
-        return (await conn.execute(query, {"id": UUID(notification_id)})).scalar_one()
+    sql = "SELECT traceparent FROM notifications WHERE id = :id"
+    return await scalar(engine, sql, id=UUID(notification_id))
 
 
 async def test_a_send_continues_the_callers_trace_and_keeps_its_accept_span(
@@ -132,16 +131,11 @@ async def test_the_relay_republishes_a_notification_with_its_stored_traceparent(
         # The relay's own publishing step, on the row as its scan returns it. Not Relay.run_once:
         # the session stack runs a relay too, and with the row made to look unpublished either one
         # could take it, at a moment the test cannot see (the test timed out in full-suite runs).
-        async with engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    sa.text(
-                        "SELECT id, tenant_id, channel, user_id, priority, traceparent FROM notifications"
-                        " WHERE id = :id"
-                    ),
-                    {"id": UUID(nid)},
-                )
-            ).one()
+        row = await one(
+            engine,
+            "SELECT id, tenant_id, channel, user_id, priority, traceparent FROM notifications WHERE id = :id",
+            id=UUID(nid),
+        )
         assert await republish(engine=engine, publisher=publisher, rows=[row]) == 1
 
         async def republished() -> dict[str, bytes] | None:

@@ -13,16 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from clarion.settings import Settings
 from harness.services import ApiServer
 from harness.tenants import TenantInfo, make_tenant
-from tests.fixtures.webhooks import allow_local, register
-
-
-@pytest.fixture(scope="module")
-async def local_api(settings: Settings) -> AsyncIterator[ApiServer]:
-    """An API whose operator allow-list names 127.0.0.1."""
-    server = ApiServer(allow_local(settings))
-    await server.start()
-    yield server
-    await server.stop()
+from tests.fixtures.webhooks import register
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from clarion.broker import free_port
+from clarion.ports import free_port
 from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
 from core.ratelimit_fail_open import fail_open_counter

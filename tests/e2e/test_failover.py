@@ -11,7 +11,7 @@ import httpx
 import pytest
 from aiosmtpd.controller import Controller
 
-from clarion.broker import free_port
+from clarion.ports import free_port
 from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
 from harness.fakes.sendgrid import FakeSendGrid

@@ -10,8 +10,9 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from clarion.broker import TansuBroker, free_port
+from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
+from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from tests.conftest import make_tenant

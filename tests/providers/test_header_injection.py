@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from clarion.broker import free_port
+from clarion.ports import free_port
 from harness.fakes import make_message
 from harness.fakes.sendgrid import FakeSendGrid
 from providers.base import Provider

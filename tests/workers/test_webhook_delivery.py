@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from standardwebhooks import Webhook
 
@@ -18,11 +17,11 @@ from core import ssrf
 from harness.services import ApiServer, wait_until
 from harness.tenants import TenantInfo
 from tests.conftest import Stack
+from tests.fixtures.db import scalar
 from tests.fixtures.hooks import sent_notification
 from tests.fixtures.sends import email_send
 from tests.fixtures.webhook_receiver import Receiver
 from tests.fixtures.webhooks import (
-    allow_local,
     deliveries,
     disable_tenant_endpoints,
     emit,
@@ -32,14 +31,6 @@ from tests.fixtures.webhooks import (
 )
 
 OPENED = ["notification.opened"]
-
-
-@pytest.fixture(scope="module")
-async def local_api(settings: Settings) -> AsyncIterator[ApiServer]:
-    server = ApiServer(allow_local(settings))
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture
@@ -208,18 +199,14 @@ async def test_an_open_breaker_defers_one_endpoint_without_calls_while_another_i
             await wait_until(lambda: len(healthy.received) == 5, 30)
 
             async def deferred() -> int:
-                async with engine.connect() as conn:
-                    return int(
-                        (
-                            await conn.execute(
-                                sa.text(
-                                    "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = :e"
-                                    " AND state = 'pending' AND next_attempt_at > now() + interval '60 seconds'"
-                                ),
-                                {"e": bad},
-                            )
-                        ).scalar_one()
+                return int(
+                    await scalar(
+                        engine,
+                        "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = :e"
+                        " AND state = 'pending' AND next_attempt_at > now() + interval '60 seconds'",
+                        e=bad,
                     )
+                )
 
             await wait_until(lambda: deferred(), 30)
             await wait_until(lambda: _settled(engine, bad), 30)
@@ -231,16 +218,12 @@ async def test_an_open_breaker_defers_one_endpoint_without_calls_while_another_i
 
 async def _settled(engine: AsyncEngine, endpoint_id: str) -> bool:
     """Every pending delivery of the endpoint waits well into the future (none is due or in flight)."""
-    async with engine.connect() as conn:
-        due = (
-            await conn.execute(
-                sa.text(
-                    "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = :e AND state = 'pending'"
-                    " AND next_attempt_at < now() + interval '5 seconds'"
-                ),
-                {"e": endpoint_id},
-            )
-        ).scalar_one()
+    due = await scalar(
+        engine,
+        "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = :e AND state = 'pending'"
+        " AND next_attempt_at < now() + interval '5 seconds'",
+        e=endpoint_id,
+    )
     return due == 0
 
 
@@ -264,10 +247,4 @@ async def test_an_engagement_report_is_one_event_and_its_replay_none(
         "link": "https://example.com/a",
         "source": "api",
     }
-    async with engine.connect() as conn:
-        events = (
-            await conn.execute(
-                sa.text("SELECT count(*) FROM webhook_events WHERE notification_id = :n"), {"n": nid}
-            )
-        ).scalar_one()
-    assert events == 2
+    assert await scalar(engine, "SELECT count(*) FROM webhook_events WHERE notification_id = :n", n=nid) == 2

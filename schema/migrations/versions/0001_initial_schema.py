@@ -1,11 +1,4 @@
-"""initial schema
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-22 05:53:51.612585
-"""
-
-from collections.abc import Sequence
+"""initial schema"""
 
 import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
@@ -14,8 +7,6 @@ from sqlalchemy.dialects import postgresql
 
 revision: str = "0001"
 down_revision: str | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -1,18 +1,9 @@
-"""Indexes for provider callbacks (by provider message id) and dead-letter listings
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-22
-"""
-
-from collections.abc import Sequence
+"""Indexes for provider callbacks (by provider message id) and dead-letter listings"""
 
 from alembic import op
 
 revision: str = "0002"
 down_revision: str | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -1,19 +1,10 @@
-"""Count the claims of a notification since its last recorded outcome (CLARION_MAX_CLAIMS)
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-25
-"""
-
-from collections.abc import Sequence
+"""Count the claims of a notification since its last recorded outcome (CLARION_MAX_CLAIMS)"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
 down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -3,13 +3,7 @@
 Range partitioned on the notification's created_at so a day of engagement can be dropped with the
 same day of the log once the partition loop runs (docs/partitioning.md); the default partition
 holds every row until then, and the foreign key deletes them with their notification.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-25
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
@@ -18,8 +12,6 @@ from sqlalchemy.dialects import postgresql
 
 revision: str = "0004"
 down_revision: str | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -1,19 +1,10 @@
-"""Keep the W3C traceparent of a notification's accept span, so every publish carries its trace
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-11-25
-"""
-
-from collections.abc import Sequence
+"""Keep the W3C traceparent of a notification's accept span, so every publish carries its trace"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
 down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

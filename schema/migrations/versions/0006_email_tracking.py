@@ -1,19 +1,10 @@
-"""Clarion's own email tracking: a tenant's switch and a template version's override (issue #17)
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-11-25
-"""
-
-from collections.abc import Sequence
+"""Clarion's own email tracking: a tenant's switch and a template version's override (issue #17)"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
 down_revision: str | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -1,21 +1,13 @@
 """Analytics rollups: hourly counts per tenant, channel, template (version), category and provider (issue #17)
 
 Range partitioned on the hour, with a default partition until the partition loop creates days.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-11-25
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
 down_revision: str | None = "0006"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 COUNTS = (
     "accepted", "sent", "failed", "suppressed", "delivered", "bounced", "opened", "clicked",

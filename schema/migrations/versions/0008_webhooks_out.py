@@ -1,15 +1,9 @@
 """Outbound webhooks: tenants' endpoints, the event log and the delivery queue (daily partitions)
 
-Revision ID: 0008
-Revises: 0007 (analytics)
-Create Date: 2026-11-25
-
 ``webhook_events`` and ``webhook_deliveries`` grow with every send, so both are range partitioned by
 day on ``created_at`` (``schema.partitions``); this creates their default partitions, and
 ``clarion webhooks`` creates the days ahead and drops expired ones (``workers.webhook_retention``).
 """
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
@@ -18,8 +12,6 @@ from sqlalchemy.dialects import postgresql
 
 revision: str = "0008"
 down_revision: str | None = "0007"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 _TS = sa.DateTime(timezone=True)
 

@@ -16,22 +16,15 @@ composite, ``(notification_id, notification_created_at) -> notifications (id, cr
 
 Downgrade copies every row back; it fails if an event id was used twice after the upgrade (once a
 day's keys expired), as the old unique constraint would refuse it.
-
-Revision ID: 0009
-Revises: 0008
-Create Date: 2026-11-25
 """
 
 import datetime as dt
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
 down_revision: str | None = "0008"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 DAYS_AHEAD = 7
 # table -> (partition key, the day of a row in SQL, primary key)
