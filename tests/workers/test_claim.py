@@ -17,8 +17,6 @@ import asyncpg
 import httpx
 import pytest
 
-from clarion.pg import create_pool
-from clarion.settings import Settings
 from schema.enums import TERMINAL_STATUSES
 from schema.ids import uuid7
 from tests.fixtures.sends import email_send
@@ -43,13 +41,6 @@ NOT_CLAIMABLE = {
     "sending, leased": f"status = 'sending', lease_until = {FUTURE}, claims = 1",
     **{f"{s.value} (terminal)": f"status = '{s.value}', not_before = NULL" for s in TERMINAL_STATUSES},
 }
-
-
-@pytest.fixture(scope="module")
-async def pool(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(settings.database_url, size=1)
-    yield p
-    await p.close()
 
 
 @pytest.fixture

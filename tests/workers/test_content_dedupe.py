@@ -19,9 +19,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from clarion.pg import create_pool
 from clarion.rules import RulesCache
-from clarion.settings import Settings
 from core.render import RenderedContent
 from schema.enums import Status
 from tests.conftest import TEST_REDIS_PREFIX, TenantInfo
@@ -33,13 +31,6 @@ from workers.content_dedupe import ContentDedupeGate, build_content_dedupe
 REDIS_URL = "redis://127.0.0.1:6379/0"
 WINDOW_S = 60
 CONTENT = RenderedContent(subject="Shipped", body="Order 123 is on its way", html=None)
-
-
-@pytest.fixture(scope="module")
-async def pool(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(settings.database_url, size=2)
-    yield p
-    await p.close()
 
 
 @pytest.fixture
