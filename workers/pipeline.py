@@ -49,6 +49,12 @@ PASSING_FAULTS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.TooManyConnectionsError,
+    # SQLSTATE 57P01-57P03: the server shutting down, crashed, or starting up (a restart). The
+    # chaos database-restart scenario failed a notification on CannotConnectNowError before this;
+    # the API answers these 503 (api/errors.py, is_db_unavailable).
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
 )

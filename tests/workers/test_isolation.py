@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+import asyncpg
 import pytest
 
 from core.render import RenderedContent, Renderer
@@ -185,28 +186,39 @@ async def test_a_row_claimed_more_than_max_claims_times_goes_dead_without_a_send
 
 
 class FlakyGate:
-    """The database away for a moment: raises a connection error for every row."""
+    """The database away for a moment: raises ``fault`` for every row."""
 
     name = "flaky"
+
+    def __init__(self, fault: Exception) -> None:
+        self.fault = fault
 
     async def admit(
         self, row: ClaimedNotification, content: RenderedContent, addresses: list[Address]
     ) -> Outcome | None:
-        raise ConnectionResetError("connection reset by peer")
+        raise self.fault
 
 
+FAULTS = [
+    ConnectionResetError("connection reset by peer"),
+    asyncpg.CannotConnectNowError("the database system is starting up"),  # a restart (chaos 3)
+    asyncpg.AdminShutdownError("terminating connection due to administrator command"),
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: type(f).__name__)
 @pytest.mark.parametrize(
     ("attempts_before", "status"), [(0, "retrying"), (RetryPolicy().max_attempts - 1, "dead")]
 )
 async def test_an_infrastructure_fault_is_retried_within_the_attempt_budget_not_failed(
-    monkeypatch: pytest.MonkeyPatch, attempts_before: int, status: str
+    monkeypatch: pytest.MonkeyPatch, attempts_before: int, status: str, fault: Exception
 ) -> None:
     target = row("n-1", attempts=attempts_before)
     pipeline, provider, messages = build(
-        monkeypatch, [target], {target.id: [Address("+14155550001")]}, gates=[FlakyGate()]
+        monkeypatch, [target], {target.id: [Address("+14155550001")]}, gates=[FlakyGate(fault)]
     )
     [outcome] = await pipeline.process(messages)
     assert (outcome.status, outcome.error_code, outcome.calls) == (status, "internal_error", 1)
     assert (outcome.not_before is not None) == (status == "retrying")
-    assert [(a.outcome, a.error_message) for a in outcome.attempts] == [("transient", "ConnectionResetError")]
+    assert [(a.outcome, a.error_message) for a in outcome.attempts] == [("transient", type(fault).__name__)]
     assert provider.sent == []
