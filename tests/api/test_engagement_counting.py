@@ -1,0 +1,90 @@
+"""How engagement is counted and kept: once under concurrent reports, in the metric by channel and
+type, with a bounded set of replay markers, and deleted with its notification."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.engagement import SEEN_KEPT
+from harness.services import ApiServer, api_client
+from tests.conftest import METRICS_TOKEN, TenantInfo
+from tests.fixtures.answers import scrape
+from tests.fixtures.engagement import events_url, rows
+from tests.fixtures.hooks import sent_notification
+
+
+async def test_engagement_goes_with_its_notification(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    assert (await client.post(events_url(nid), json={"type": "opened"})).status_code == 200
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM notifications WHERE id = :n"), {"n": nid})
+    assert await rows(engine, nid) == []
+
+
+async def test_counted_events_are_in_the_metric_by_channel_and_type(
+    api: ApiServer, client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    async with api_client(api.url, METRICS_TOKEN) as scraper:
+        before = scrape(
+            (await scraper.get("/metrics")).text,
+            "clarion_engagement_events_total",
+            channel="push",
+            type="opened",
+        )
+        nid, _ = await sent_notification(engine, tenant, channel="push")
+        await client.post(events_url(nid), json={"type": "opened"})
+        await client.post(events_url(nid), json={"type": "opened"})  # a repeat: not counted
+        after = scrape(
+            (await scraper.get("/metrics")).text,
+            "clarion_engagement_events_total",
+            channel="push",
+            type="opened",
+        )
+    assert after - before == 1
+
+
+async def test_the_same_report_sent_concurrently_is_counted_once(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    answers = await asyncio.gather(
+        *(client.post(events_url(nid), json={"type": "opened"}) for _ in range(10))
+    )
+    assert [a.status_code for a in answers] == [200] * 10
+    assert sum(not a.json()["duplicate"] for a in answers) == 1
+    assert await rows(engine, nid) == [("opened", "", 1)]
+
+
+async def test_the_replay_markers_a_row_keeps_are_bounded(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    async with engine.begin() as conn:  # sent an hour ago, so 80 distinct times fit after it
+        await conn.execute(
+            sa.text("UPDATE notifications SET created_at = now() - interval '1 hour' WHERE id = :n"),
+            {"n": nid},
+        )
+    start = datetime.now(UTC) - timedelta(minutes=30)
+    for i in range(SEEN_KEPT + 16):
+        at = (start + timedelta(seconds=i)).isoformat()
+        assert (
+            await client.post(events_url(nid), json={"type": "opened", "occurred_at": at})
+        ).status_code == 200
+    async with engine.connect() as conn:
+        count, kept = (
+            await conn.execute(
+                sa.text("SELECT count, cardinality(seen) FROM engagement WHERE notification_id = :n"),
+                {"n": nid},
+            )
+        ).one()
+    assert (count, kept) == (SEEN_KEPT + 16, SEEN_KEPT)
+    latest = (start + timedelta(seconds=SEEN_KEPT + 15)).isoformat()
+    again = await client.post(events_url(nid), json={"type": "opened", "occurred_at": latest})
+    assert again.json()["duplicate"] is True  # the latest replays are still recognised

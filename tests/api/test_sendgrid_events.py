@@ -1,0 +1,152 @@
+"""SendGrid's Event Webhook over the API: events recorded once across replays, bounces, unsubscribes and
+spam reports opting out whom they should, forged or stale batches refused with nothing changed,
+unknown notifications counted, large batches accepted."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from uuid import UUID
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from harness.fakes.sendgrid import FakeSendGrid
+from tests.conftest import TenantInfo
+from tests.fixtures.answers import assert_error
+from tests.fixtures.hooked_api import hooks_fixture, opt_outs, provider_transitions  # noqa: F401 - hooks
+from tests.fixtures.hooks import Hooks, event, sent_notification, view
+
+
+async def test_events_are_recorded_once_per_sg_event_id(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    email = f"{external_id}@example.com"
+    batch = [event(nid, "processed", email), event(nid, "delivered", email, response="250 OK")]
+
+    first = await hooks.events(batch)
+    replay = await hooks.events(batch)  # SendGrid retries a batch it thinks failed
+
+    assert first.status_code == 200, first.text
+    assert first.json() | {"opted_out": 0} == {
+        "recorded": 1, "duplicate": 0, "ignored": 1, "unknown": 0, "opted_out": 0
+    }  # fmt: skip
+    assert replay.json()["duplicate"] == 1 and replay.json()["recorded"] == 0
+    body = await view(client, nid)
+    assert body["status"] == "sent"
+    assert provider_transitions(body) == ["delivered"]
+    assert batch[1]["sg_event_id"] in body["history"][-1]["detail"]
+
+
+async def test_events_without_an_sg_event_id_are_recorded_once_across_replays(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    delivered = event(nid, "delivered", f"{external_id}@example.com", response="250 OK")
+    del delivered["sg_event_id"]
+    first = await hooks.events([delivered])
+    replay = await hooks.events([delivered])
+    assert first.json()["recorded"] == 1
+    assert replay.json()["recorded"] == 0 and replay.json()["duplicate"] == 1
+    assert provider_transitions(await view(client, nid)) == ["delivered"]
+
+
+async def test_an_event_holding_a_nul_does_not_sink_its_signed_batch(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    other, other_user = await sent_notification(engine, tenant, channel="email")
+    batch = [
+        event(
+            nid, "bounce", f"{external_id}@example.com", type="blocked", reason="550 no\x00such\ud800 user"
+        ),
+        event(other, "delivered", f"{other_user}@example.com", response="250 OK"),
+    ]
+    response = await hooks.events(batch)
+    assert response.status_code == 200, response.text
+    assert response.json()["recorded"] == 2
+    assert provider_transitions(await view(client, other)) == ["delivered"]
+    detail = (await view(client, nid))["history"][-1]["detail"]
+    assert "nosuch" in detail.replace("?", "") and "\x00" not in detail
+
+
+async def test_hard_bounce_opts_the_user_out_of_email_but_a_block_does_not(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    blocked_nid, blocked_user = await sent_notification(engine, tenant, channel="email")
+    bounced_nid, bounced_user = await sent_notification(engine, tenant, channel="email")
+
+    response = await hooks.events(
+        [
+            event(
+                blocked_nid, "bounce", f"{blocked_user}@example.com", type="blocked", reason="421 try later"
+            ),
+            event(bounced_nid, "bounce", f"{bounced_user}@example.com", type="bounce", reason="550 5.1.1"),
+        ]
+    )
+
+    assert response.status_code == 200 and response.json()["opted_out"] == 1
+    assert await opt_outs(client, blocked_user) == []
+    assert await opt_outs(client, bounced_user) == [("email", "*")]
+    assert "550 5.1.1" in (await view(client, bounced_nid))["history"][-1]["detail"]
+
+
+async def test_group_unsubscribe_opts_out_of_the_notifications_category_only(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email", category="newsletter")
+
+    await hooks.events([event(nid, "group_unsubscribe", f"{external_id}@example.com", asm_group_id=42)])
+
+    assert await opt_outs(client, external_id) == [("email", "newsletter")]
+    assert provider_transitions(await view(client, nid)) == ["group_unsubscribe"]
+
+
+async def test_spam_report_for_an_address_the_user_no_longer_has_opts_nobody_out(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+
+    await hooks.events([event(nid, "spamreport", "old-address@example.com")])
+
+    assert provider_transitions(await view(client, nid)) == ["spamreport"]
+    assert await opt_outs(client, external_id) == []
+
+
+async def test_forged_stale_or_unsigned_event_batches_are_refused_and_change_nothing(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    batch = [event(nid, "unsubscribe", f"{external_id}@example.com")]
+    payload = json.dumps(batch).encode()
+    stale = hooks.sendgrid.signed_headers(payload, timestamp=int(time.time()) - 11 * 60)
+    forged = FakeSendGrid().signed_headers(payload)  # another key
+    tampered = hooks.sendgrid.signed_headers(payload.replace(b"unsubscribe", b"spamreport"))
+    before = await view(client, nid)
+
+    for headers in (stale, forged, tampered, {"Content-Type": "application/json"}):
+        assert_error(await hooks.events(batch, headers=headers), 403, "invalid_signature")
+    assert (await view(client, nid))["history"] == before["history"]
+    assert await opt_outs(client, external_id) == []
+
+
+async def test_events_for_notifications_we_do_not_know_are_counted_not_failed(hooks: Hooks) -> None:
+    response = await hooks.events(
+        [event(str(UUID(int=secrets.randbits(128))), "delivered", "x@example.com"), {"event": "delivered"}]
+    )
+    assert response.status_code == 200 and response.json()["unknown"] == 2
+
+
+async def test_an_event_batch_larger_than_a_send_body_is_accepted(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    batch = [event(nid, "processed", f"{external_id}@example.com") for _ in range(400)]
+    assert len(json.dumps(batch)) > hooks.server.settings.max_body_bytes
+
+    response = await hooks.events(batch)
+
+    assert response.status_code == 200, response.text
+    assert response.json()["ignored"] == 400
