@@ -31,6 +31,7 @@ from tests.conftest import Stack, TenantInfo
 from tests.fixtures.claimed import claimed
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.redis_cluster import start_cluster
+from tests.fixtures.redis_limiter import fresh_prefix
 from tests.fixtures.rules import wait_workers_see
 from tests.fixtures.sends import email_send
 from workers.claim import ClaimedNotification
@@ -145,7 +146,7 @@ async def test_on_redis_one_of_many_concurrent_copies_wins_and_its_retries_are_n
     pool: asyncpg.Pool,
 ) -> None:
     redis = Redis.from_url(REDIS_URL)
-    prefix = f"clarion-test:{uuid.uuid4()}:"
+    prefix = fresh_prefix()
     gate = ContentDedupeGate(
         rules=RulesCache(Windows({"t-1": 60}).fetch),
         pool=pool,
@@ -192,7 +193,7 @@ async def test_on_redis_cluster_one_of_many_concurrent_copies_wins(
         rules=RulesCache(Windows({"t-1": 60}).fetch),
         pool=pool,
         redis_url=nodes.url,
-        key_prefix=f"t-{uuid.uuid4()}:",
+        key_prefix=fresh_prefix(),
     )
     content = RenderedContent(subject="Hi", body="Your code is 1234", html=None)
     user = uuid.uuid4()

@@ -8,7 +8,6 @@ test sets their status as the pipeline would (claimed ``sending``, then ``sent``
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,13 +21,13 @@ from redis.asyncio import Redis
 from clarion.rules import RulesCache
 from core.render import RenderedContent
 from schema.enums import Status
-from tests.conftest import TEST_REDIS_PREFIX, TenantInfo
+from tests.conftest import TenantInfo
 from tests.fixtures.claimed import claimed
+from tests.fixtures.redis_limiter import REDIS_URL, fresh_prefix
 from tests.fixtures.sends import email_send
 from workers.claim import ClaimedNotification
 from workers.content_dedupe import ContentDedupeGate, build_content_dedupe
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 WINDOW_S = 60
 CONTENT = RenderedContent(subject="Shipped", body="Order 123 is on its way", html=None)
 
@@ -41,7 +40,7 @@ async def windowed(client: httpx.AsyncClient) -> None:
 
 @pytest.fixture
 async def redis_prefix() -> AsyncIterator[str]:
-    prefix = f"{TEST_REDIS_PREFIX}{secrets.token_hex(4)}:"
+    prefix = fresh_prefix()
     yield prefix
     redis = Redis.from_url(REDIS_URL)
     try:
@@ -196,7 +195,7 @@ async def test_with_redis_unreachable_the_gate_lets_copies_through(
         rules=RulesCache.from_pool(pool),
         pool=pool,
         redis_url="redis://127.0.0.1:1/0",  # nothing listens on port 1
-        key_prefix=f"{TEST_REDIS_PREFIX}unreachable:",
+        key_prefix=fresh_prefix(),
     )
     try:
         with caplog.at_level(logging.WARNING, logger="workers.content_dedupe"):

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from core.ratelimit import RateLimiter
 from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import RedisRateLimiter
-from tests.fixtures.redis_limiter import REDIS_URL
+from tests.fixtures.redis_limiter import REDIS_URL, fresh_prefix
 from tests.fixtures.throttle_gate import DEVICE, HELLO, NOW, admit_n, gate_for, notification, rule_row
 
 
@@ -24,7 +24,7 @@ async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[RateLimiter]:
     if request.param == "memory":
         yield MemoryRateLimiter()
         return
-    prefix = f"clarion-test:{uuid.uuid4()}:"
+    prefix = fresh_prefix()
     limiter = RedisRateLimiter.from_url(REDIS_URL, prefix=prefix, registry=CollectorRegistry())
     yield limiter
     await limiter.aclose()

@@ -3,7 +3,6 @@ others still apply), and the most extreme valid ones answered in range by both l
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from clarion.rules import RulesCache
 from core.ratelimit import MAX_PERIOD_S, MAX_REFILL_S, Allowed, InvalidRule, RateLimiter, Rule
 from core.ratelimit_memory import MemoryRateLimiter
 from core.ratelimit_redis import RedisRateLimiter
+from tests.fixtures.redis_limiter import fresh_prefix
 from tests.fixtures.throttle_gate import Table, rule_row
 
 
@@ -53,7 +53,7 @@ EXTREME_RULES = [
 @pytest.mark.parametrize("rule", EXTREME_RULES, ids=lambda r: r.rule_id)
 async def test_the_most_extreme_valid_rules_get_in_range_answers_from_both_limiters(rule: Rule) -> None:
     redis = Redis.from_url("redis://127.0.0.1:6379/0")
-    prefix = f"clarion-test:{uuid.uuid4()}:"
+    prefix = fresh_prefix()
     backends: list[RateLimiter] = [
         MemoryRateLimiter(),
         RedisRateLimiter(redis, prefix=prefix, registry=CollectorRegistry()),
