@@ -35,6 +35,7 @@ from schema.partitions import (
     default_rows,
     detach_day,
     drop_expired,
+    drop_leftovers,
     ensure_ahead,
     existing_days,
 )
@@ -113,6 +114,9 @@ async def maintain(
 
     for table in LOG_TABLES:
         if table.goes_with_log:
+            dropped += await drop_leftovers(
+                conn, parent=table.name, today=today, retention_days=retention_days
+            )
             continue
         dropped += await drop_expired(
             conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter,

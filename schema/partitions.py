@@ -245,8 +245,10 @@ async def _orphans(conn: asyncpg.Connection, *, parent: str, cutoff: dt.date) ->
     """Day tables of ``parent`` before ``cutoff`` that are detached but still there (a run that
     stopped between its detach and its drop)."""
     rows = await conn.fetch(
-        "SELECT relname FROM pg_class WHERE relname LIKE $1 AND relkind = 'r' AND NOT relispartition",
+        "SELECT relname FROM pg_class WHERE relname LIKE $1 AND relkind = 'r' AND NOT relispartition"
+        " AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $2::regclass)",
         f"{_ident(parent)}\\_p%",
+        parent,
     )
     prefix = f"{parent}_p"
     return sorted(
@@ -292,6 +294,15 @@ async def drop_expired(
         detached = await _detach_with(conn, parent=parent, name=name, day=day, before_drop=before_drop)
         await _drop_detached(conn, detached)
         dropped += detached
-    orphans = await _orphans(conn, parent=parent, cutoff=cutoff)
+    return dropped + await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
+
+
+async def drop_leftovers(
+    conn: asyncpg.Connection, *, parent: str, today: dt.date, retention_days: int
+) -> list[str]:
+    """Drop the days of ``parent`` past retention that a stopped run detached but never dropped;
+    returns their names. ``drop_expired`` does it for its own table; a table whose days go with
+    another's needs it called for it."""
+    orphans = await _orphans(conn, parent=parent, cutoff=today - retention_days * _DAY)
     await _drop_detached(conn, orphans)
-    return dropped + orphans
+    return orphans
