@@ -7,15 +7,19 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.relay import Relay
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
+from clarion.log_maintenance import maintain
 from clarion.settings import Settings
 from harness.services import ApiServer, api_client, drop_database, fresh_database
 from harness.tenants import TenantInfo, make_tenant
@@ -27,7 +31,18 @@ from workers.app import Worker
 
 @pytest.fixture(scope="session")
 async def database_url() -> AsyncIterator[str]:
+    """The session's database, its log reaching back to yesterday as an install running since
+    then would: tests date rows up to an hour back, which after midnight is yesterday (a run
+    started at 00:24 found them in the default partition)."""
     url = await fresh_database()
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    conn = await asyncpg.connect(
+        make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    try:
+        await maintain(conn=conn, today=yesterday, retention_days=30, partitions_ahead=8)
+    finally:
+        await conn.close()
     yield url
     await drop_database(url)
 
