@@ -28,6 +28,24 @@ async def dsn() -> AsyncIterator[str]:
         await drop_database(url)
 
 
+@pytest.fixture
+async def conns(dsn: str) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Connection]]:
+    """Two sessions on the database: the upkeep's, and another's (an accept, a reader)."""
+    upkeep, other = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        yield upkeep, other
+    finally:
+        await upkeep.close()
+        await other.close()
+
+
+@pytest.fixture
+def impatient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tries, no pause between them: giving up takes a moment, not five seconds."""
+    monkeypatch.setattr(partitions, "LOCK_TRIES", 2)
+    monkeypatch.setattr(partitions, "LOCK_PAUSE_S", 0.0)
+
+
 async def _old_day(conn: asyncpg.Connection) -> None:
     """A sent notification, with engagement, on ``OLD``'s own partitions; ``LATER``'s days made."""
     await maintain(conn=conn, today=OLD, retention_days=30, partitions_ahead=0)
@@ -51,47 +69,39 @@ async def _old_day(conn: asyncpg.Connection) -> None:
     )
 
 
-async def test_a_day_drops_while_an_accept_holds_users(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_day_drops_while_an_accept_holds_users(
+    conns: tuple[asyncpg.Connection, asyncpg.Connection], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(partitions, "LOCK_TRIES", 1)  # one try: waiting for users would fail it
-    upkeep, accept = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
-    try:
-        await _old_day(upkeep)
-        async with accept.transaction():  # an accept between its user upsert and its insert
-            await accept.execute(
-                "INSERT INTO users (id, tenant_id, external_id) VALUES (gen_random_uuid(), 't', 'v')"
-            )
-            report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
-            await accept.execute(
-                "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data)"
-                " SELECT gen_random_uuid(), 't', 'e2', 'x', id, 'push', '{}' FROM users WHERE external_id = 'v'"
-            )
-    finally:
-        await upkeep.close()
-        await accept.close()
+    upkeep, accept = conns
+    await _old_day(upkeep)
+    async with accept.transaction():  # an accept between its user upsert and its insert
+        await accept.execute(
+            "INSERT INTO users (id, tenant_id, external_id) VALUES (gen_random_uuid(), 't', 'v')"
+        )
+        report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+        await accept.execute(
+            "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data)"
+            " SELECT gen_random_uuid(), 't', 'e2', 'x', id, 'push', '{}' FROM users WHERE external_id = 'v'"
+        )
     day = f"p{OLD:%Y%m%d}"
     assert {f"engagement_{day}", f"notifications_{day}"} <= set(report.dropped)
 
 
 async def test_the_detach_gives_up_behind_a_long_reader_and_keeps_the_day(
-    dsn: str, monkeypatch: pytest.MonkeyPatch
+    conns: tuple[asyncpg.Connection, asyncpg.Connection], impatient: None
 ) -> None:
-    monkeypatch.setattr(partitions, "LOCK_TRIES", 2)
-    monkeypatch.setattr(partitions, "LOCK_PAUSE_S", 0.0)
-    upkeep, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
-    try:
-        await _old_day(upkeep)
-        async with reader.transaction():  # a search still reading the log
-            await reader.fetchval("SELECT count(*) FROM notifications")
-            with pytest.raises(asyncpg.LockNotAvailableError):
-                await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
-        for parent in ("notifications", "engagement"):  # the day and what goes with it, whole
-            assert OLD in await partitions.existing_days(upkeep, parent=parent)
-            assert await upkeep.fetchval(f"SELECT count(*) FROM {parent}") == 1
-        report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
-        assert partitions.partition_name("notifications", OLD) in report.dropped
-    finally:
-        await upkeep.close()
-        await reader.close()
+    upkeep, reader = conns
+    await _old_day(upkeep)
+    async with reader.transaction():  # a search still reading the log
+        await reader.fetchval("SELECT count(*) FROM notifications")
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+    for parent in ("notifications", "engagement"):  # the day and what goes with it, whole
+        assert OLD in await partitions.existing_days(upkeep, parent=parent)
+        assert await upkeep.fetchval(f"SELECT count(*) FROM {parent}") == 1
+    report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+    assert partitions.partition_name("notifications", OLD) in report.dropped
 
 
 async def test_a_day_left_detached_goes_on_the_next_run(dsn: str) -> None:
@@ -110,19 +120,13 @@ async def test_a_day_left_detached_goes_on_the_next_run(dsn: str) -> None:
 
 
 async def test_creating_a_day_gives_up_behind_a_long_reader(
-    dsn: str, monkeypatch: pytest.MonkeyPatch
+    conns: tuple[asyncpg.Connection, asyncpg.Connection], impatient: None
 ) -> None:
-    monkeypatch.setattr(partitions, "LOCK_TRIES", 2)
-    monkeypatch.setattr(partitions, "LOCK_PAUSE_S", 0.0)
-    upkeep, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
-    try:
-        async with reader.transaction():
-            await reader.fetchval("SELECT count(*) FROM notifications")
-            with pytest.raises(asyncpg.LockNotAvailableError):
-                await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0)
-        assert await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0) == [
-            partitions.partition_name("notifications", OLD)
-        ]
-    finally:
-        await upkeep.close()
-        await reader.close()
+    upkeep, reader = conns
+    async with reader.transaction():
+        await reader.fetchval("SELECT count(*) FROM notifications")
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0)
+    assert await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0) == [
+        partitions.partition_name("notifications", OLD)
+    ]
