@@ -13,13 +13,13 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.relay import Relay
 from clarion.broker import TansuBroker
 from clarion.kafka import Publisher, create_topics
 from clarion.log_maintenance import maintain
+from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from harness.services import ApiServer, api_client, drop_database, fresh_database
 from harness.tenants import TenantInfo, make_tenant
@@ -36,9 +36,7 @@ async def database_url() -> AsyncIterator[str]:
     started at 00:24 found them in the default partition)."""
     url = await fresh_database()
     yesterday = datetime.now(UTC).date() - timedelta(days=1)
-    conn = await asyncpg.connect(
-        make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    )
+    conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await maintain(conn=conn, today=yesterday, retention_days=30, partitions_ahead=8)
     finally:

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
+from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
 from schema import partitions
 
@@ -20,7 +20,7 @@ DAY = dt.date(2001, 2, 3)
 @pytest.fixture
 async def conn() -> AsyncIterator[asyncpg.Connection]:
     url = await fresh_database("clarion_engagement")
-    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = asyncpg_dsn(url)
     connection = await asyncpg.connect(dsn)
     try:
         yield connection

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
+from clarion.pg import asyncpg_dsn
 from schema import partitions
 
 DAY = dt.timedelta(days=1)
@@ -18,7 +18,7 @@ LIVE = "status IN ('scheduled', 'accepted', 'queued', 'sending', 'retrying', 'de
 
 @pytest.fixture
 async def log(database_url: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = asyncpg_dsn(database_url)
     conn = await asyncpg.connect(dsn)
     parent = f"plog_{secrets.token_hex(3)}"
     await conn.execute(

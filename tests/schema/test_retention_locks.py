@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from clarion.log_maintenance import maintain
+from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
 from schema import partitions
 
@@ -23,7 +23,7 @@ LATER = OLD + dt.timedelta(days=40)
 async def dsn() -> AsyncIterator[str]:
     url = await fresh_database("clarion_retention")
     try:
-        yield make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        yield asyncpg_dsn(url)
     finally:
         await drop_database(url)
 
