@@ -1,10 +1,10 @@
 """Event-id idempotency: an ``event_id`` is accepted once per tenant, across the log's days.
 
 The log is partitioned by day, so no unique index can span it: each first use is a row of
-``notification_keys`` (partitioned by the day of that use), looked up over every day still kept.
+``notification_keys`` (partitioned by the week of that use), looked up over every week still kept.
 A repeat with the same body answers ``200`` with the first notification (``duplicate``); with a
-different body, ``409 event_id_conflict``. A repeat is recognised while its day's partition exists:
-``CLARION_RETENTION_DAYS`` whole days after that day (README).
+different body, ``409 event_id_conflict``. A repeat is recognised while its week's partition exists:
+until ``CLARION_RETENTION_DAYS`` whole days after the week's last day (README).
 
 Concurrent first uses are serialised by one transaction-scoped advisory lock per key, taken in
 sorted order by a transaction's first lookup; ``api.accept``'s INSERT then writes the key with
@@ -101,8 +101,9 @@ async def existing_keys(
         return {}
     ids = [r["id"] for r in rows]
     statuses = {r["id"]: r["status"] for r in await conn.fetch(STATUSES, ids, *created_window(ids))}
-    # ``expired`` only if retention dropped the notification's day before its key's, which the
-    # loop's order (keys first) rules out.
+    # ``expired`` when retention dropped the notification's day and its key's week is still kept
+    # (a key outlives its notification by up to 6 days, clarion.log_maintenance.KEY_SPAN_DAYS):
+    # still a repeat, of a notification no longer kept.
     return {
         (r["tenant_id"], r["event_id"]): FirstUse(
             r["id"], r["request_hash"], statuses.get(r["id"], "expired")

@@ -12,7 +12,8 @@ tenant's 5,000 users are ``bench.load``'s (``u-0`` .. ``u-4999``), so the load's
 Each day of each table is filled in SQL (``INSERT ... SELECT generate_series``) into a plain table
 without indexes, then attached as the day's partition: ``ATTACH PARTITION`` builds the parent's
 indexes and checks its foreign keys once over the whole day instead of row by row, and the
-schema's migrations are left as they are.
+schema's migrations are left as they are. The event-id keys are partitioned by the week, as the
+upkeep makes them (``KEY_SPAN_DAYS``): their table gathers a week's days and is attached whole.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from clarion.log_maintenance import LOG_TABLES, log_size
-from schema.partitions import ensure_ahead, partition_name
+from clarion.log_maintenance import KEY_SPAN_DAYS, LOG_TABLES, log_size
+from schema.partition_ranges import DayRange, free_range
+from schema.partitions import ensure_ahead, existing_ranges, partition_name
 
 DAYS = 30
 USERS = 5000
@@ -107,9 +109,8 @@ SELECT tenant_id, date_trunc('hour', created_at), channel, template, template_ve
  GROUP BY 1, 2, 3, 4, 5, 6, 7
 """
 # The tables filled from the day's notifications, in attach order (engagement's foreign key
-# needs the notifications attached first).
+# needs the notifications attached first); the keys' week is filled beside them (``_KeyWeek``).
 _FROM_NOTIFICATIONS = {
-    "notification_keys": _KEYS,
     "delivery_attempts": _ATTEMPTS,
     "engagement": _ENGAGEMENT,
     "analytics_hourly": _ROLLUPS,
@@ -137,7 +138,38 @@ def day_rows(rows: int, days: int = DAYS) -> list[int]:
     return [rows // days + (1 if i < rows % days else 0) for i in range(days)]
 
 
-async def _fill_day(conn: asyncpg.Connection, *, tenant_id: str, day: dt.date, rows: int) -> None:
+class _KeyWeek:
+    """The keys' partition being filled: made at its first day, attached after its last."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.days: DayRange | None = None
+
+    @property
+    def name(self) -> str:
+        assert self.days is not None
+        return partition_name("notification_keys", self.days.start)
+
+    async def holding(self, day: dt.date) -> str:
+        """The table to fill ``day``'s keys into (a new one once ``day`` is past the last)."""
+        if self.days is None or not self.days.covers(day):
+            await self.attach()
+            taken = [days for _, days in await existing_ranges(self.conn, parent="notification_keys")]
+            self.days = free_range(day, span_days=KEY_SPAN_DAYS, taken=taken)
+            await self.conn.execute(f"CREATE TABLE {self.name} (LIKE notification_keys INCLUDING DEFAULTS)")
+        return self.name
+
+    async def attach(self) -> None:
+        if self.days is not None:
+            await self.conn.execute(
+                f"ALTER TABLE notification_keys ATTACH PARTITION {self.name} FOR VALUES {self.days.bounds()}"
+            )
+            self.days = None
+
+
+async def _fill_day(
+    conn: asyncpg.Connection, *, tenant_id: str, day: dt.date, rows: int, keys: _KeyWeek
+) -> None:
     start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
     step_s = (86_400 - 10) / max(rows, 1)  # the last row's attempts still fall on its day
     names = {parent: partition_name(parent, day) for parent in ["notifications", *_FROM_NOTIFICATIONS]}
@@ -145,6 +177,7 @@ async def _fill_day(conn: asyncpg.Connection, *, tenant_id: str, day: dt.date, r
         await conn.execute(f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS)")
     n = names["notifications"]
     await conn.execute(_NOTIFICATIONS.format(t=n, users=USERS), tenant_id, start, rows, step_s)
+    await conn.execute(_KEYS.format(t=await keys.holding(day), n=n))
     for parent, sql in _FROM_NOTIFICATIONS.items():
         await conn.execute(sql.format(t=names[parent], n=n))
     for parent, name in names.items():
@@ -163,12 +196,16 @@ async def fill(conn: asyncpg.Connection, *, tenant_id: str, rows: int, today: dt
     )  # fmt: skip
     days = [today - (DAYS - i) * _DAY for i in range(DAYS)]
     started = time.perf_counter()
+    keys = _KeyWeek(conn)
     for day, count in zip(days, day_rows(rows), strict=True):
         t0 = time.perf_counter()
-        await _fill_day(conn, tenant_id=tenant_id, day=day, rows=count)
+        await _fill_day(conn, tenant_id=tenant_id, day=day, rows=count, keys=keys)
         print(f"  filled {day}: {count:,} notifications in {time.perf_counter() - t0:.1f} s", flush=True)
+    await keys.attach()
     for table in LOG_TABLES:  # the days of the tables not filled (sandbox_messages): empty
-        await ensure_ahead(conn, parent=table.name, today=days[0], days_ahead=DAYS - 1)
+        await ensure_ahead(
+            conn, parent=table.name, today=days[0], days_ahead=DAYS - 1, span_days=table.span_days
+        )
     fill_s = time.perf_counter() - started
     started = time.perf_counter()
     await conn.execute(f"VACUUM ANALYZE users, {', '.join(t.name for t in LOG_TABLES)}")

@@ -56,6 +56,15 @@ class LogTable:
     live_filter: str | None
     goes_with_log: bool = False
     fillfactor: int = 100
+    span_days: int = 1  # days per partition (schema/partition_ranges.py)
+
+
+# Each accept probes every kept partition of the event-id keys (api/idempotency.py): with a day
+# each, 31 probes per key and a plan over 31 children, and with 3 M notifications over 30 days the
+# lookup's share of PostgreSQL's time per notification grew from 56 us to 502 us (plan 161, run
+# 342; pg_stat_statements, `bench.growth`'s fill and load, 2026-11-26, docs/partitioning.md). A
+# week each: at most 6 probes, and a key outlives its first use by 30 to 36 days, not 30 to 31.
+KEY_SPAN_DAYS = 7
 
 
 # In drop order: a day's keys before its notifications.
@@ -63,6 +72,7 @@ LOG_TABLES = (
     LogTable(
         "notification_keys",
         f"notification_id IN (SELECT id FROM notifications WHERE {LIVE_NOTIFICATION})",
+        span_days=KEY_SPAN_DAYS,
     ),
     LogTable("engagement", None, goes_with_log=True),
     # Room on each page for the HOT update that records the broker's ack (api/outbox.py); the
@@ -105,8 +115,9 @@ async def maintain(
             )
         else:
             created += await ensure_ahead(
-                conn, parent=table.name, today=today, days_ahead=partitions_ahead, fillfactor=table.fillfactor
-            )
+                conn, parent=table.name, today=today, days_ahead=partitions_ahead,
+                fillfactor=table.fillfactor, span_days=table.span_days,
+            )  # fmt: skip
     followers = [t.name for t in LOG_TABLES if t.goes_with_log]
 
     async def detach_followers(day: dt.date) -> list[str]:

@@ -1,10 +1,11 @@
-"""Daily range partitions: create them ahead, drop whole expired days, count the days ahead.
+"""Range partitions by day: create them ahead, drop whole expired ones, count the days ahead.
 
 Clarion's own small loop rather than pg_partman: three statements per table and day, testable with
 an injected clock, no extension to install on managed PostgreSQL. A parent table is range
-partitioned on a ``timestamptz`` column; each child holds one UTC day and is named
-``<parent>_pYYYYMMDD``; a ``<parent>_default`` partition is the safety net that a row never fails
-for want of a partition (``default_rows`` reports whether anything landed there).
+partitioned on a ``timestamptz`` (or ``date``) column; each child holds one UTC day, or a span of
+days (``span_days``, ``schema.partition_ranges``), and is named ``<parent>_pYYYYMMDD`` after its
+first day; a ``<parent>_default`` partition is the safety net that a row never fails for want of a
+partition (``default_rows`` reports whether anything landed there).
 
 Errors: identifiers are never tenant input; ``ValueError`` for a name that is not a plain SQL
 identifier, asyncpg errors pass through unchanged.
@@ -19,62 +20,36 @@ import datetime as dt
 import re
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+from schema.partition_names import ident, partition_name
+from schema.partition_ranges import DayRange, free_range, parse_bound
+
 _DAY = dt.timedelta(days=1)
-
-
-def _ident(name: str) -> str:
-    if not _IDENT.match(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return name
-
-
-_CHILD = re.compile(r"^[a-z_][a-z0-9_]{0,40}_(default|p\d{8})$")
-
-
-def include_name(name: str | None, type_: str, _parent: object = None) -> bool:
-    """Alembic's ``include_name``: a day or default partition is operational state, not schema
-    (the models describe the parent), so migrations and their tests leave it out."""
-    return not (type_ == "table" and name is not None and _CHILD.match(name))
-
-
-def include_object(obj: Any, _name: str | None, type_: str, reflected: bool, _compare_to: object) -> bool:
-    """Alembic's ``include_object``: PostgreSQL adds, for a foreign key to a partitioned table, one
-    per partition of it (``engagement`` -> ``notifications_p20261125``...); the models name the
-    parent's only."""
-    if type_ == "foreign_key_constraint" and reflected:
-        return not _CHILD.match(str(obj.referred_table.name))
-    return True
-
-
-def partition_name(parent: str, day: dt.date) -> str:
-    return f"{_ident(parent)}_p{day:%Y%m%d}"
 
 
 def _bound(day: dt.date) -> str:
     return f"{day.isoformat()} 00:00:00+00"
 
 
-async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.date]:
-    """The days that have their own partition, oldest first (the default partition is left out)."""
+async def existing_ranges(conn: asyncpg.Connection, *, parent: str) -> list[tuple[str, DayRange]]:
+    """Each partition's name and days, oldest first (the default partition is left out)."""
     rows = await conn.fetch(
-        """SELECT c.relname FROM pg_inherits i
+        """SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits i
              JOIN pg_class c ON c.oid = i.inhrelid
              JOIN pg_class p ON p.oid = i.inhparent
             WHERE p.relname = $1""",
-        _ident(parent),
+        ident(parent),
     )
-    prefix = f"{parent}_p"
-    days = [
-        dt.datetime.strptime(r["relname"][len(prefix) :], "%Y%m%d").date()
-        for r in rows
-        if r["relname"].startswith(prefix)
-    ]
-    return sorted(days)
+    ranges = [(r["relname"], parse_bound(r["bound"])) for r in rows]
+    return sorted(((name, days) for name, days in ranges if days is not None), key=lambda nd: nd[1])
+
+
+async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.date]:
+    """The first day of each partition, oldest first (every day of a table of daily partitions)."""
+    return [days.start for _, days in await existing_ranges(conn, parent=parent)]
 
 
 # Creating or detaching a day takes ACCESS EXCLUSIVE on the parent: waiting behind a long reader
@@ -105,44 +80,52 @@ async def _briefly(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) -
 
 
 async def ensure_ahead(
-    conn: asyncpg.Connection, *, parent: str, today: dt.date, days_ahead: int, fillfactor: int = 100
+    conn: asyncpg.Connection,
+    *,
+    parent: str,
+    today: dt.date,
+    days_ahead: int,
+    fillfactor: int = 100,
+    span_days: int = 1,
 ) -> list[str]:
-    """Create the default partition and one per day from ``today`` to ``today + days_ahead``,
-    each with ``fillfactor`` (below 100 leaves room on a page for HOT updates).
+    """Create the default partition and partitions covering every day from ``today`` to ``today +
+    days_ahead``, one per ``span_days`` (``partition_ranges.free_range``), each with ``fillfactor``
+    (below 100 leaves room on a page for HOT updates).
 
     Idempotent (``IF NOT EXISTS``); returns the names it created. Safe to run from several
     processes: each CREATE takes the parent's lock, a loser sees the table already there.
     """
     created: list[str] = []
-    have = set(await existing_days(conn, parent=parent))
+    taken = [days for _, days in await existing_ranges(conn, parent=parent)]
     if not 10 <= fillfactor <= 100:
         raise ValueError(f"fillfactor must be 10..100, not {fillfactor}")
     storage = f"WITH (fillfactor = {fillfactor})"
     await conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {_ident(parent)}_default PARTITION OF {parent} DEFAULT {storage}"
+        f"CREATE TABLE IF NOT EXISTS {ident(parent)}_default PARTITION OF {parent} DEFAULT {storage}"
     )
     for offset in range(days_ahead + 1):
         day = today + offset * _DAY
-        if day in have:
+        if any(days.covers(day) for days in taken):
             continue
-        name = partition_name(parent, day)
-        bounds = f"FROM ('{_bound(day)}') TO ('{_bound(day + _DAY)}')"
-        create = partial(_create_day, conn, parent=parent, name=name, day=day, bounds=bounds, storage=storage)
-        await _briefly(conn, create)
+        days = free_range(day, span_days=span_days, taken=taken)
+        name = partition_name(parent, days.start)
+        await _briefly(
+            conn, partial(_create_days, conn, parent=parent, name=name, days=days, storage=storage)
+        )
+        taken.append(days)
         created.append(name)
     return created
 
 
-async def _create_day(
-    conn: asyncpg.Connection, *, parent: str, name: str, day: dt.date, bounds: str, storage: str
+async def _create_days(
+    conn: asyncpg.Connection, *, parent: str, name: str, days: DayRange, storage: str
 ) -> None:
-    """Create the partition ``name`` of ``parent`` for ``day``, moving that day's rows out of the
+    """Create the partition ``name`` of ``parent`` for ``days``, moving their rows out of the
     default partition first if any landed there."""
     key = await _partition_key(conn, parent=parent)
-    stray = await conn.fetchval(
-        f"SELECT EXISTS (SELECT 1 FROM {parent}_default "
-        f"WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}')"
-    )
+    within = f"{key} >= '{_bound(days.start)}' AND {key} < '{_bound(days.end)}'"
+    bounds = days.bounds()
+    stray = await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})")
     if not stray:
         await conn.execute(
             f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} FOR VALUES {bounds} {storage}"
@@ -155,8 +138,7 @@ async def _create_day(
             f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage}"
         )
         await conn.execute(
-            f"WITH moved AS (DELETE FROM {parent}_default WHERE {key} >= '{_bound(day)}' "
-            f"AND {key} < '{_bound(day + _DAY)}' RETURNING *) "
+            f"WITH moved AS (DELETE FROM {parent}_default WHERE {within} RETURNING *) "
             f"INSERT INTO {name} SELECT * FROM moved"
         )
         await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {bounds}")
@@ -170,7 +152,7 @@ async def _partition_key(conn: asyncpg.Connection, *, parent: str) -> str:
     match = re.fullmatch(r"RANGE \((\w+)\)", definition or "")
     if match is None:
         raise ValueError(f"{parent} is not range partitioned on one column: {definition!r}")
-    return _ident(match.group(1))
+    return ident(match.group(1))
 
 
 async def days_ahead(conn: asyncpg.Connection, *, parent: str, today: dt.date) -> int:
@@ -179,7 +161,7 @@ async def days_ahead(conn: asyncpg.Connection, *, parent: str, today: dt.date) -
     The figure behind the "partitions running out" gauge: 0 means tomorrow's sends would land in
     the default partition.
     """
-    have = set(await existing_days(conn, parent=parent))
+    have = {day for _, days in await existing_ranges(conn, parent=parent) for day in days.days()}
     ahead = 0
     while today + (ahead + 1) * _DAY in have:
         ahead += 1
@@ -188,7 +170,7 @@ async def days_ahead(conn: asyncpg.Connection, *, parent: str, today: dt.date) -
 
 async def default_rows(conn: asyncpg.Connection, *, parent: str) -> int:
     """Rows in the default partition: anything above 0 means a day was missing when it arrived."""
-    value = await conn.fetchval(f"SELECT count(*) FROM {_ident(parent)}_default")
+    value = await conn.fetchval(f"SELECT count(*) FROM {ident(parent)}_default")
     return int(value)
 
 
@@ -199,7 +181,7 @@ async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> 
     (``drop_expired``'s ``before_drop``)."""
     key = await _partition_key(conn, parent=parent)
     await conn.execute(
-        f"DELETE FROM {_ident(parent)}_default WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}'"
+        f"DELETE FROM {ident(parent)}_default WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}'"
     )
     if day not in await existing_days(conn, parent=parent):
         return []
@@ -238,7 +220,7 @@ async def _drop_detached(conn: asyncpg.Connection, names: list[str]) -> None:
     """``DROP TABLE`` each detached day on its own: the commit that unlinks a day's files (0.3 s
     for 0.56 GB, docs/partitioning.md) then holds only that table's lock, never the parent's."""
     for name in names:
-        await conn.execute(f"DROP TABLE IF EXISTS {_ident(name)}")
+        await conn.execute(f"DROP TABLE IF EXISTS {ident(name)}")
 
 
 async def _orphans(conn: asyncpg.Connection, *, parent: str, cutoff: dt.date) -> list[str]:
@@ -247,7 +229,7 @@ async def _orphans(conn: asyncpg.Connection, *, parent: str, cutoff: dt.date) ->
     rows = await conn.fetch(
         "SELECT relname FROM pg_class WHERE relname LIKE $1 AND relkind = 'r' AND NOT relispartition"
         " AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $2::regclass)",
-        f"{_ident(parent)}\\_p%",
+        f"{ident(parent)}\\_p%",
         parent,
     )
     prefix = f"{parent}_p"
@@ -268,8 +250,8 @@ async def drop_expired(
     live_filter: str | None = None,
     before_drop: Callable[[dt.date], Awaitable[list[str]]] | None = None,
 ) -> list[str]:
-    """Drop each day partition wholly older than ``today - retention_days``; return the names
-    (``before_drop``'s first, day by day).
+    """Drop each partition wholly older than ``today - retention_days`` (its last day before it);
+    return the names (``before_drop``'s first, partition by partition).
 
     ``live_filter`` is a SQL condition on the partition's rows (e.g. ``status = ANY(...)`` for
     non-terminal notifications): a partition holding any such row is kept whole, so a send
@@ -283,15 +265,14 @@ async def drop_expired(
         raise ValueError("retention_days must be at least 1")
     cutoff = today - retention_days * _DAY
     dropped: list[str] = []
-    for day in await existing_days(conn, parent=parent):
-        if day >= cutoff:
+    for name, days in await existing_ranges(conn, parent=parent):
+        if days.end > cutoff:
             break
-        name = partition_name(parent, day)
         if live_filter is not None and await conn.fetchval(
             f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live_filter})"
         ):
             continue
-        detached = await _detach_with(conn, parent=parent, name=name, day=day, before_drop=before_drop)
+        detached = await _detach_with(conn, parent=parent, name=name, day=days.start, before_drop=before_drop)
         await _drop_detached(conn, detached)
         dropped += detached
     return dropped + await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)

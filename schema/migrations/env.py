@@ -7,7 +7,7 @@ import asyncio
 from alembic import context
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from schema import log_models, models, partitions, webhook_models  # noqa: F401 (each registers its tables)
+from schema import log_models, models, partition_names, webhook_models  # noqa: F401 (each registers its tables)
 
 target_metadata = models.SQLModel.metadata
 
@@ -17,8 +17,8 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         connection=connection,
         target_metadata=target_metadata,
         compare_type=True,
-        include_name=partitions.include_name,
-        include_object=partitions.include_object,
+        include_name=partition_names.include_name,
+        include_object=partition_names.include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -10,14 +10,16 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from clarion.log_maintenance import LOG_TABLES, log_size, maintain, utc_today
+from clarion.log_maintenance import KEY_SPAN_DAYS, LOG_TABLES, log_size, maintain, utc_today
 from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
 from schema.ids import uuid7
-from schema.partitions import existing_days, partition_name
+from schema.partition_ranges import span_start
+from schema.partitions import existing_days, existing_ranges, partition_name
 
 DAY = dt.timedelta(days=1)
 TABLES = [t.name for t in LOG_TABLES]
+DAILY = [t for t in TABLES if t != "notification_keys"]  # the keys' partitions are weeks
 
 
 @pytest.fixture
@@ -35,6 +37,12 @@ async def conn() -> AsyncIterator[asyncpg.Connection]:
 
 def at(day: dt.date, hh: int = 0, mm: int = 0, ss: int = 0, us: int = 0) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, hh, mm, ss, us, tzinfo=dt.UTC)
+
+
+def ours(names: list[str], *, since: dt.date) -> list[str]:
+    """The partitions in ``names`` from ``since`` on (not the migration's own days, which a clock
+    run two months ahead drops too)."""
+    return [n for n in names if n.rpartition("_p")[2] >= f"{since:%Y%m%d}"]
 
 
 async def log_send(conn: asyncpg.Connection, *, event_id: str, status: str, at: dt.datetime) -> None:
@@ -71,11 +79,17 @@ async def test_tomorrow_exists_before_midnight_and_each_send_lands_in_its_day(
 ) -> None:
     today = utc_today() + 40 * DAY  # beyond the days the migration created
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
-    assert all(n == 7 for n in report.days_ahead.values())
+    assert all(report.days_ahead[t] == 7 for t in DAILY)
+    # The keys' weeks reach to the end of the week holding the 7th day ahead.
+    week_end = span_start(today + 7 * DAY, KEY_SPAN_DAYS) + KEY_SPAN_DAYS * DAY
+    assert report.days_ahead["notification_keys"] == (week_end - today).days - 1
     # The clock runs past midnight: tomorrow's partitions were there before it, for every table.
     tomorrow = today + DAY
-    for table in TABLES:
+    for table in DAILY:
         assert tomorrow in await existing_days(conn, parent=table)
+    key_weeks = [days for _, days in await existing_ranges(conn, parent="notification_keys")]
+    assert any(week.covers(tomorrow) for week in key_weeks)
+    assert {(w.end - w.start).days for w in key_weeks if w.start > utc_today() + 8 * DAY} == {7}
     await log_send(conn, event_id="before", status="sent", at=at(today, 23, 59, 59, 900_000))
     await log_send(conn, event_id="after", status="sent", at=at(tomorrow, 0, 0, 0, 100_000))
     rows = await conn.fetch("SELECT event_id, tableoid::regclass::text AS part FROM notifications")
@@ -85,19 +99,24 @@ async def test_tomorrow_exists_before_midnight_and_each_send_lands_in_its_day(
     }
     keys = await conn.fetch("SELECT event_id, tableoid::regclass::text AS part FROM notification_keys")
     assert {r["event_id"]: r["part"] for r in keys} == {
-        "before": partition_name("notification_keys", today),
-        "after": partition_name("notification_keys", tomorrow),
+        "before": partition_name("notification_keys", span_start(today, KEY_SPAN_DAYS)),
+        "after": partition_name("notification_keys", span_start(tomorrow, KEY_SPAN_DAYS)),
     }
-    # The next day's run keeps a week ahead and nothing fell into a default partition.
+    # The next day's run keeps a week ahead and nothing fell into a default partition; the keys
+    # get their next week when the 7th day ahead is the first of it.
     report = await maintain(conn=conn, today=tomorrow, retention_days=30, partitions_ahead=7)
-    assert report.created == [partition_name(t, tomorrow + 7 * DAY) for t in TABLES]
+    new_week = tomorrow + 7 * DAY == span_start(tomorrow + 7 * DAY, KEY_SPAN_DAYS)
+    assert report.created == [partition_name(t, tomorrow + 7 * DAY) for t in TABLES if t in DAILY or new_week]
     assert report.default_rows == dict.fromkeys(TABLES, 0)
 
 
 async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send(
     conn: asyncpg.Connection,
 ) -> None:
-    today = utc_today()
+    # A day far from the migration's own days, 31 days after a Sunday: the keys of that Sunday
+    # and the Saturday before it share a week, which has just passed retention.
+    today = utc_today() + 60 * DAY
+    today += ((6 - (today - 31 * DAY).weekday()) % 7) * DAY
     old, older = today - 31 * DAY, today - 32 * DAY
     for day in (older, old):
         await maintain(conn=conn, today=day, retention_days=30, partitions_ahead=0)
@@ -106,9 +125,11 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
 
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
 
-    # Attempts, sandbox messages and rollups keep no day alive: a scheduled send has none yet.
-    assert sorted(report.dropped) == sorted(
-        [partition_name(t, older) for t in TABLES]
+    # Attempts, sandbox messages and rollups keep no day alive: a scheduled send has none yet. The
+    # keys' week is kept whole for the scheduled send's key; the key of "done" outlives its
+    # notification with it (a repeat of it answers as one of a notification no longer kept).
+    assert sorted(ours(report.dropped, since=old - 6 * DAY)) == sorted(
+        [partition_name(t, older) for t in DAILY]
         + [partition_name(t, old) for t in ("delivery_attempts", "sandbox_messages", "analytics_hourly")]
     )
     kept = await conn.fetch("SELECT event_id, status FROM notifications WHERE created_at < $1", at(today))
@@ -118,8 +139,9 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
     await conn.execute("UPDATE notifications SET status = 'sent' WHERE event_id = 'next-month'")
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
     # Its engagement goes with it, just before it (the foreign key would refuse the other order).
-    assert report.dropped == [
-        partition_name(t, old) for t in ("notification_keys", "engagement", "notifications")
+    assert ours(report.dropped, since=old - 6 * DAY) == [
+        partition_name("notification_keys", old - 6 * DAY),
+        *(partition_name(t, old) for t in ("engagement", "notifications")),
     ]
     assert await conn.fetchval("SELECT count(*) FROM notifications WHERE created_at < $1", at(today)) == 0
 

@@ -9,7 +9,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from harness.services import drop_database, fresh_database
-from schema import log_models, partitions, webhook_models  # noqa: F401 (their tables, in the metadata)
+from schema import log_models, partition_names, webhook_models  # noqa: F401 (their tables, in the metadata)
 from schema.db import downgrade, upgrade
 from schema.models import SQLModel
 
@@ -23,8 +23,8 @@ async def _diff(url: str) -> list[object]:
                     MigrationContext.configure(
                         sync,
                         opts={
-                            "include_name": partitions.include_name,
-                            "include_object": partitions.include_object,
+                            "include_name": partition_names.include_name,
+                            "include_object": partition_names.include_object,
                         },
                     ),
                     SQLModel.metadata,
