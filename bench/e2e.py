@@ -125,7 +125,7 @@ class Pipeline:
     key: str
     database_url: str
     processes: dict[str, int]
-    broker_pid: int
+    broker_pid: int | None
 
 
 Prepare = Callable[[str, TenantInfo], Awaitable[None]]

@@ -80,9 +80,10 @@ CHANNELS = {"apns": Channel.push, "fcm": Channel.push, "twilio": Channel.sms, "s
 
 
 async def httpx_sender(
-    name: str, provider: Provider, client: httpx.AsyncClient
+    name: str, provider: Provider, client: httpx.AsyncClient, info: dict[str, Any]
 ) -> Callable[[], Awaitable[None]]:
-    """One request identical to the adapter's, sent with httpx (the pre-aiohttp baseline)."""
+    """One request identical to the adapter's, sent with httpx (the pre-aiohttp baseline); its
+    credentials come from the fake's ``info``, as the adapter's did."""
     message = make_message(CHANNELS[name])
     if isinstance(provider, FcmProvider):
         token = await provider.access_token()
@@ -91,11 +92,12 @@ async def httpx_sender(
         kwargs: dict[str, Any] = {"json": body, "headers": {"Authorization": f"Bearer {token}"}}
     elif isinstance(provider, TwilioProvider):
         url = provider._url
-        kwargs = {"data": provider._form(message), "headers": {"Authorization": provider._authorization}}
+        basic = httpx.BasicAuth(info["account_sid"], info["auth_token"])
+        kwargs = {"data": provider._form(message), "auth": basic}
     else:
         assert isinstance(provider, SendGridProvider)
         url = provider._url
-        kwargs = {"json": provider.body(message), "headers": provider._headers}
+        kwargs = {"json": provider.body(message), "headers": {"Authorization": f"Bearer {info['api_key']}"}}
 
     async def send() -> None:
         response = await client.post(url, **kwargs)
@@ -143,13 +145,13 @@ async def bench(
     try:
         provider = build(name, info, concurrency, apns_connections)
         message = make_message(CHANNELS[name])
-        client = f"h2 x{apns_connections}" if name == "apns" else "aiohttp"
-        rows.append((f"{name} ({client})",
+        adapter = f"h2 x{apns_connections}" if name == "apns" else "aiohttp"
+        rows.append((f"{name} ({adapter})",
                      await measure(lambda: provider.send(message), sends, concurrency, process.pid)))  # fmt: skip
         if name != "apns":
             limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
             async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-                send = await httpx_sender(name, provider, client)
+                send = await httpx_sender(name, provider, client, info)
                 rows.append(
                     (f"{name} (httpx 1.1, raw)", await measure(send, sends, concurrency, process.pid))
                 )
