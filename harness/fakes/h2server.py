@@ -37,7 +37,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._transports.add(transport)
+        self._transports.add(self._transport)
         self._connections.add(self)
         peer = transport.get_extra_info("peername") or ("", 0)
         self._peer = f"{peer[0]}:{peer[1]}"
