@@ -26,7 +26,7 @@ from api.errors import ApiError
 from api.submission import AcceptDecision, AcceptResult, Submission
 from schema.ids import created_window
 
-# Every kept day's keys (one index probe per partition). The advisory locks are a one-time filter,
+# Every kept week's keys (one index probe per partition). The advisory locks are a one-time filter,
 # evaluated before the scan whatever it finds; the scan's snapshot may predate a commit the lock
 # waited for, which is why api.accept's INSERT, a later statement, checks again. ``$4`` (tomorrow
 # by this process's clock, a day of slack for a database clock ahead of it) lets the planner leave

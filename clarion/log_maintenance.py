@@ -9,9 +9,10 @@ in (``today``), so the tests run the clock past a midnight.
 
 Retention (``CLARION_RETENTION_DAYS``) drops a day once it is wholly older than ``today -
 retention_days``, except a day still holding a notification not in a final status (a send
-scheduled a month out), whose partition is kept whole until a later run finds it final; a day of
-event ids is kept as long as a notification it names is not final. The keys go first, so a key
-never outlives its notification.
+scheduled a month out), whose partition is kept whole until a later run finds it final. The
+event-id keys are kept by the week (``KEY_SPAN_DAYS``): a week goes once its last day is past
+retention and no notification it names is live, so a key can outlive its notification by up to 6
+days but never goes before it (a notification and its key are stamped with the same ``now()``).
 
 Errors: asyncpg errors pass through; :class:`Maintainer` logs a failed run and tries again at the
 next interval.
@@ -63,11 +64,13 @@ class LogTable:
 # each, 31 probes per key and a plan over 31 children, and with 3 M notifications over 30 days the
 # lookup's share of PostgreSQL's time per notification grew from 56 us to 502 us (plan 161, run
 # 342; pg_stat_statements, `bench.growth`'s fill and load, 2026-11-26, docs/partitioning.md). A
-# week each: at most 6 probes, and a key outlives its first use by 30 to 36 days, not 30 to 31.
+# week each: 6 probes for the 30 days (more while an install's daily partitions from before last,
+# or a week is kept for a scheduled send), and a key is kept 30 to 37 days after its first use,
+# not 30 to 31.
 KEY_SPAN_DAYS = 7
 
 
-# In drop order: a day's keys before its notifications.
+# In drop order: the keys first (a week of them goes only once no notification it names is live).
 LOG_TABLES = (
     LogTable(
         "notification_keys",

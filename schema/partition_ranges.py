@@ -17,12 +17,10 @@ into whole spans. Nothing here touches the database.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 _DAY = dt.timedelta(days=1)
-_BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,24 +47,6 @@ class DayRange:
         """The ``FOR VALUES`` clause of a partition over these days (a ``timestamptz`` or ``date``
         partition key alike: the literal casts to either)."""
         return f"FROM ('{self.start.isoformat()} 00:00:00+00') TO ('{self.end.isoformat()} 00:00:00+00')"
-
-
-def _day_of(literal: str) -> dt.date:
-    """The UTC day of a bound as ``pg_get_expr`` prints it: ``2026-11-26`` for a ``date`` key, or
-    a ``timestamptz`` in the session's time zone (``2026-11-25 19:00:00-05``)."""
-    if len(literal) == 10:
-        return dt.date.fromisoformat(literal)
-    return dt.datetime.fromisoformat(literal).astimezone(dt.UTC).date()
-
-
-def parse_bound(expression: str) -> DayRange | None:
-    """The days of a partition from ``pg_get_expr(relpartbound, oid)``; ``None`` for ``DEFAULT``."""
-    match = _BOUND.fullmatch(expression.strip())
-    if match is None:
-        if expression.strip() == "DEFAULT":
-            return None
-        raise ValueError(f"not a range partition of days: {expression!r}")
-    return DayRange(_day_of(match.group(1)), _day_of(match.group(2)))
 
 
 def span_start(day: dt.date, span_days: int) -> dt.date:

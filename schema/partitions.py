@@ -25,7 +25,7 @@ from typing import TypeVar
 import asyncpg
 
 from schema.partition_names import ident, partition_name
-from schema.partition_ranges import DayRange, free_range, parse_bound
+from schema.partition_ranges import DayRange, free_range
 
 _DAY = dt.timedelta(days=1)
 
@@ -34,17 +34,38 @@ def _bound(day: dt.date) -> str:
     return f"{day.isoformat()} 00:00:00+00"
 
 
+# A partition's bounds as UTC days, 'YYYY-MM-DD'. pg_get_expr prints them in the session's DateStyle
+# and TimeZone; cast back under the same settings they are exact again, and to_char prints them the
+# one way. A bound with a time of day is a timestamptz (its instant's UTC day); one without, a date.
+# MINVALUE, MAXVALUE and DEFAULT do not match the pattern: NULL.
+_RANGES = """
+SELECT c.relname,
+       CASE WHEN b[1] ~ ':' THEN to_char(b[1]::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+            ELSE to_char(b[1]::date, 'YYYY-MM-DD') END AS lo,
+       CASE WHEN b[2] ~ ':' THEN to_char(b[2]::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+            ELSE to_char(b[2]::date, 'YYYY-MM-DD') END AS hi
+  FROM pg_inherits i
+  JOIN pg_class c ON c.oid = i.inhrelid
+  JOIN pg_class p ON p.oid = i.inhparent,
+       regexp_match(pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''([^'']*)''\\) TO \\(''([^'']*)''\\)$') AS b
+ WHERE p.relname = $1
+"""
+
+
 async def existing_ranges(conn: asyncpg.Connection, *, parent: str) -> list[tuple[str, DayRange]]:
-    """Each partition's name and days, oldest first (the default partition is left out)."""
-    rows = await conn.fetch(
-        """SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits i
-             JOIN pg_class c ON c.oid = i.inhrelid
-             JOIN pg_class p ON p.oid = i.inhparent
-            WHERE p.relname = $1""",
-        ident(parent),
-    )
-    ranges = [(r["relname"], parse_bound(r["bound"])) for r in rows]
-    return sorted(((name, days) for name, days in ranges if days is not None), key=lambda nd: nd[1])
+    """Each of Clarion's partitions of ``parent`` (named ``<parent>_pYYYYMMDD`` after its first day)
+    and its days, oldest first. The default partition, and any partition of another name or whose
+    bounds are not whole days (an operator's own, say), are left out: never created over, never
+    dropped."""
+    ranges = []
+    for row in await conn.fetch(_RANGES, ident(parent)):
+        try:
+            days = DayRange(dt.date.fromisoformat(row["lo"]), dt.date.fromisoformat(row["hi"]))
+        except (TypeError, ValueError):  # NULL (MINVALUE...), 'infinity', less than a day
+            continue
+        if row["relname"] == partition_name(parent, days.start):
+            ranges.append((row["relname"], days))
+    return sorted(ranges, key=lambda named: named[1])
 
 
 async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.date]:

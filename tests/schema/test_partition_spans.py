@@ -103,3 +103,46 @@ async def test_a_week_is_dropped_only_once_its_last_day_is_past_retention(
     dropped = await partitions.drop_expired(conn, parent=parent, today=sunday + 31 * DAY, retention_days=30)
     assert dropped == [partitions.partition_name(parent, MON)]
     assert await ranges(conn, parent) == []
+
+
+@pytest.mark.parametrize("datestyle", ["ISO, YMD", "German", "SQL, MDY", "Postgres, DMY"])
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/Los_Angeles"])
+async def test_bounds_read_as_utc_days_whatever_the_sessions_datestyle_and_time_zone(
+    keys: tuple[asyncpg.Connection, str], datestyle: str, zone: str
+) -> None:
+    conn, parent = keys
+    stamped = f"{parent}_ts"
+    await conn.execute(f"CREATE TABLE {stamped} (id bigint, at timestamptz NOT NULL) PARTITION BY RANGE (at)")
+    try:
+        await partitions.ensure_ahead(conn, parent=parent, today=THU, days_ahead=0, span_days=7)
+        await partitions.ensure_ahead(conn, parent=stamped, today=THU, days_ahead=1)
+        await conn.execute(f"SET DateStyle = '{datestyle}'")
+        await conn.execute(f"SET TimeZone = '{zone}'")
+        assert await ranges(conn, parent) == [DayRange(MON, MON + 7 * DAY)]
+        assert await ranges(conn, stamped) == [DayRange(THU, THU + DAY), DayRange(THU + DAY, THU + 2 * DAY)]
+    finally:
+        await conn.execute("RESET DateStyle")
+        await conn.execute("RESET TimeZone")
+        await conn.execute(f"DROP TABLE {stamped} CASCADE")
+
+
+async def test_partitions_clarion_did_not_make_are_never_counted_or_dropped(
+    keys: tuple[asyncpg.Connection, str],
+) -> None:
+    conn, parent = keys
+    await conn.execute(
+        f"CREATE TABLE {parent}_archive PARTITION OF {parent} FOR VALUES FROM ('2001-01-01') TO ('2002-01-01')"
+    )
+    await conn.execute(
+        f"CREATE TABLE {parent}_old PARTITION OF {parent} FOR VALUES FROM (MINVALUE) TO ('2000-01-01')"
+    )
+    await partitions.ensure_ahead(conn, parent=parent, today=MON, days_ahead=0, span_days=7)
+    assert await ranges(conn, parent) == [DayRange(MON, MON + 7 * DAY)]
+    dropped = await partitions.drop_expired(conn, parent=parent, today=MON + 400 * DAY, retention_days=30)
+    assert dropped == [partitions.partition_name(parent, MON)]
+    left = await conn.fetch(
+        "SELECT inhrelid::regclass::text AS name FROM pg_inherits WHERE inhparent = $1::regclass", parent
+    )
+    assert sorted(r["name"] for r in left) == sorted(
+        [f"{parent}_archive", f"{parent}_default", f"{parent}_old"]
+    )
