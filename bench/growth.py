@@ -12,9 +12,9 @@ ratios against issue #16's targets: on the full log, delivered/s within 10% and 
 25% of the empty log's (one pair on this shared machine swung from 0.98 to 0.80).
 
 Then a second load on the full log, halfway through which the relay's retention code drops the
-oldest day (``bench/growth_drop.py``): it prints how long that took (target < 1 s) and the accept
-latency of a probe client in the seconds around the drop against the rest of the run (target: no
-visible blip).
+oldest day (``bench/growth_drop.py``; the days it would create are made before the load): it
+prints how long that took (target < 1 s) and the accept latency of a probe client in the seconds
+around the drop against the rest of the run (target: no visible blip).
 
 The 20 M fill takes ~25-35 minutes and ~27 GB of disk on the 2-core machine (README). Start it
 well before midnight UTC: the fill's days are counted back from the day it starts, and a relay
@@ -89,6 +89,7 @@ async def run(plan: LoadPlan, rows: int, pairs: int) -> Growth:
                 print_figures(f"Pair {i + 1}, {name}. {describe(plan)}", runs[name])
             measured.append(Pair(runs[logs[0][0]], runs[logs[1][0]]))
         drop = DropDuringLoad(full_log, plan, after_s=plan.seconds / 2)
+        await drop.make_days_ahead()
         during_drop = await measure(full_log, plan, drop.drive)
     return Growth(measured, filled, during_drop, drop)
 
@@ -141,7 +142,7 @@ def print_drop(g: Growth) -> None:
         print(f"  dropped: {', '.join(drop.report.dropped) or 'nothing'}")
         print(f"  created: {', '.join(drop.report.created) or 'nothing'}")
     print(
-        f"{'upkeep run, drops included (s)':44} {took:10.3f}   < {DROP_TARGET_S:g} s: {verdict(took < DROP_TARGET_S)}"
+        f"{'upkeep run: the drops (s)':44} {took:10.3f}   < {DROP_TARGET_S:g} s: {verdict(took < DROP_TARGET_S)}"
     )
     print(f"{'wrk accept p99, run with the drop (ms)':44} {g.during_drop.p99_s * 1000:10.1f}")
     without = statistics.median(pair.full.p99_s for pair in g.pairs)
