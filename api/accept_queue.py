@@ -22,10 +22,11 @@ from datetime import UTC, datetime
 import asyncpg
 
 from api.accept import accept_many
+from api.accepted_counts import AcceptedCounts
 from api.errors import is_db_unavailable
 from api.submission import AcceptDecision, AcceptResult, Prerendered, Submission
 from clarion.coalesce import Coalescer
-from core.analytics import RollupKey, add_counts, hour_of
+from core.analytics import RollupKey, hour_of
 from core.render import Renderer, RenderError
 from schema.enums import Channel
 
@@ -33,16 +34,17 @@ log = logging.getLogger(__name__)
 
 
 async def accept_isolated(
-    *, pool: asyncpg.Pool, renderer: Renderer, sends: Sequence[Submission]
+    *, pool: asyncpg.Pool, renderer: Renderer, counts: AcceptedCounts, sends: Sequence[Submission]
 ) -> list[AcceptDecision | Exception]:
     """Accept ``sends`` together; if that transaction fails, accept each alone. Returns, in order,
-    each send's decision or the exception its own transaction raised."""
+    each send's decision or the exception its own transaction raised; what was accepted is added
+    to ``counts`` (the ``accepted`` rollups, written once a second)."""
     try:
         async with pool.acquire() as conn:
             decisions: list[AcceptDecision | Exception] = list(
                 await accept_many(conn=conn, renderer=renderer, sends=sends)
             )
-        await count_accepted(pool=pool, sends=sends, decisions=decisions)
+        counts.add(accepted_keys(sends=sends, decisions=decisions))
         return decisions
     except Exception as exc:
         if len(sends) == 1 or is_db_unavailable(exc):
@@ -52,17 +54,17 @@ async def accept_isolated(
             len(sends),
             type(exc).__name__,
         )
-    return [(await accept_isolated(pool=pool, renderer=renderer, sends=[s]))[0] for s in sends]
+    return [(await accept_isolated(pool=pool, renderer=renderer, counts=counts, sends=[s]))[0] for s in sends]
 
 
-async def count_accepted(
-    *, pool: asyncpg.Pool, sends: Sequence[Submission], decisions: Sequence[AcceptDecision | Exception]
-) -> None:
-    """The ``accepted`` analytics rollups of what was just committed (``core.analytics``): after the
-    commit, in a statement of its own, so concurrent accept transactions never wait on each other
-    for a rollup row. Best effort: a failure here is logged, the sends stay accepted."""
+def accepted_keys(
+    *, sends: Sequence[Submission], decisions: Sequence[AcceptDecision | Exception]
+) -> list[RollupKey]:
+    """The ``accepted`` rollup row of each send just committed (``core.analytics``), a duplicate
+    counting nothing: outside the transaction, so concurrent accepts never wait on each other for a
+    rollup row (``api.accepted_counts`` writes them)."""
     hour = hour_of(datetime.now(UTC))
-    keys = [
+    return [
         RollupKey(
             tenant_id=send.principal.tenant_id, hour=hour, channel=send.req.channel.value,
             template=send.req.template or "", template_version=decision.template_version or 0,
@@ -71,10 +73,6 @@ async def count_accepted(
         for send, decision in zip(sends, decisions, strict=True)
         if isinstance(decision, AcceptResult) and not decision.duplicate
     ]  # fmt: skip
-    try:
-        await add_counts(conn=pool, count="accepted", keys=keys)
-    except Exception as exc:  # the log is the record; the rollup is a view of it
-        log.warning("accepted analytics not counted for %d sends (%s)", len(keys), type(exc).__name__)
 
 
 class AcceptQueue:
@@ -87,12 +85,18 @@ class AcceptQueue:
     """
 
     def __init__(
-        self, *, pool: asyncpg.Pool, renderer: Renderer, max_batch: int = 256, max_in_flight: int = 4
+        self,
+        *,
+        pool: asyncpg.Pool,
+        renderer: Renderer,
+        counts: AcceptedCounts,
+        max_batch: int = 256,
+        max_in_flight: int = 4,
     ) -> None:
-        self._pool, self._renderer = pool, renderer
+        self._pool, self._renderer, self._counts = pool, renderer, counts
 
         async def run(sends: list[Submission]) -> list[AcceptDecision | Exception]:
-            return await accept_isolated(pool=pool, renderer=renderer, sends=sends)
+            return await accept_isolated(pool=pool, renderer=renderer, counts=counts, sends=sends)
 
         self._sends: Coalescer[Submission, AcceptResult] = Coalescer(
             run, max_batch=max_batch, max_in_flight=max_in_flight, name="clarion-accept"
@@ -112,7 +116,9 @@ class AcceptQueue:
         if send.req.content is not None:
             send = await prerender(self._renderer, send)
         elif self._renderer.owes(send.principal.tenant_id):
-            [decision] = await accept_isolated(pool=self._pool, renderer=self._renderer, sends=[send])
+            [decision] = await accept_isolated(
+                pool=self._pool, renderer=self._renderer, counts=self._counts, sends=[send]
+            )
             if isinstance(decision, Exception):
                 raise decision
             return decision

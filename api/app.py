@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from api.accept_queue import AcceptQueue
+from api.accepted_counts import AcceptedCounts
 from api.allow import MethodCheck
 from api.auth import KeyCache
 from api.engagement_models import DeviceEngagementIn, EngagementIn
@@ -57,19 +58,24 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.publisher = publisher
         app.state.outbox = outbox
         app.state.renderer = Renderer()
-        app.state.accepts = AcceptQueue(pool=pool, renderer=app.state.renderer)
+        app.state.accepted_counts = AcceptedCounts(pool=pool)
+        app.state.accepts = AcceptQueue(
+            pool=pool, renderer=app.state.renderer, counts=app.state.accepted_counts
+        )
         app.state.key_cache = KeyCache()
         app.state.ingress = IngressLimits.build(settings=settings, pool=pool)
         app.state.queues = QueueMonitor(
             engine=engine, bootstrap=settings.kafka_bootstrap or "", retention_days=settings.retention_days
         )
         await outbox.start()
+        app.state.accepted_counts.start()
         if settings.render_box_at_start:
             await app.state.renderer.start_box()
         try:
             yield
         finally:
             await outbox.stop()
+            await app.state.accepted_counts.aclose()
             await app.state.renderer.aclose()
             await app.state.ingress.aclose()
             await app.state.queues.close()

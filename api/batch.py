@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from api.accept_checks import render_error
 from api.accept_queue import accept_isolated
+from api.accepted_counts import AcceptedCounts
 from api.errors import ApiError, is_unstorable_value, validation_error
 from api.models import BatchItemOut, NotificationIn
 from api.submission import AcceptResult, Submission
@@ -30,6 +31,7 @@ async def accept_batch(
     *,
     pool: asyncpg.Pool,
     renderer: Renderer,
+    counts: AcceptedCounts,
     principal: Principal,
     items: list[dict[str, Any]],
     traceparent: str | None = None,
@@ -56,7 +58,9 @@ async def accept_batch(
             await stack.enter_async_context(renderer.turn(principal.tenant_id, wait_s=TURN_WAIT_S))
         except RenderError as exc:
             raise render_error(exc) from None
-        decisions = await accept_isolated(pool=pool, renderer=renderer, sends=[send for _, send in sends])
+        decisions = await accept_isolated(
+            pool=pool, renderer=renderer, counts=counts, sends=[send for _, send in sends]
+        )
     accepted: dict[int, AcceptResult] = {}
     for (index, _), decision in zip(sends, decisions, strict=True):
         if isinstance(decision, AcceptResult):

@@ -4,9 +4,9 @@ them never scans the log.
 
 Who adds what, each in the transaction that makes it true unless said otherwise:
 
-- ``accepted``: the API, right after the accept transaction committed (``api/accept_queue.py``;
-  a crash between the two loses those counts: the rollup is a view for people, the log is the
-  record), keyed by the hour of acceptance;
+- ``accepted``: the API, after the accept transaction committed, added up in memory and written
+  once a second (``api/accepted_counts.py``; a crash loses up to that second's counts: the rollup
+  is a view for people, the log is the record), keyed by the hour of acceptance;
 - ``sent``, ``failed`` (also ``dead`` and ``expired``), ``suppressed``: the worker's record step,
   only for rows it moved to that status (a replayed outcome counts nothing), keyed by the hour the
   notification was accepted;

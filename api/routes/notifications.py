@@ -160,6 +160,7 @@ async def _send_batch(request: Request, span: tracing.SpanRef | None) -> BatchOu
     results = await accept_batch(
         pool=state.pool,
         renderer=state.renderer,
+        counts=state.accepted_counts,
         principal=principal,
         items=body.notifications,
         traceparent=span.traceparent if span is not None else None,
