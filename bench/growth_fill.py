@@ -129,10 +129,6 @@ class Filled:
     database_bytes: int
 
 
-def _bounds(day: dt.date) -> str:
-    return f"FROM ('{day} 00:00:00+00') TO ('{day + _DAY} 00:00:00+00')"
-
-
 def day_rows(rows: int, days: int = DAYS) -> list[int]:
     """``rows`` spread over ``days`` days, the first days taking the remainder."""
     return [rows // days + (1 if i < rows % days else 0) for i in range(days)]
@@ -181,7 +177,9 @@ async def _fill_day(
     for parent, sql in _FROM_NOTIFICATIONS.items():
         await conn.execute(sql.format(t=names[parent], n=n))
     for parent, name in names.items():
-        await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {_bounds(day)}")
+        await conn.execute(
+            f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {DayRange(day, day + _DAY).bounds()}"
+        )
 
 
 async def fill(conn: asyncpg.Connection, *, tenant_id: str, rows: int, today: dt.date) -> Filled:

@@ -46,7 +46,15 @@ class DayRange:
     def bounds(self) -> str:
         """The ``FOR VALUES`` clause of a partition over these days (a ``timestamptz`` or ``date``
         partition key alike: the literal casts to either)."""
-        return f"FROM ('{self.start.isoformat()} 00:00:00+00') TO ('{self.end.isoformat()} 00:00:00+00')"
+        return f"FROM ('{_first_instant(self.start)}') TO ('{_first_instant(self.end)}')"
+
+    def within(self, key: str) -> str:
+        """A SQL condition: the column ``key`` (a trusted identifier) falls on these days."""
+        return f"{key} >= '{_first_instant(self.start)}' AND {key} < '{_first_instant(self.end)}'"
+
+
+def _first_instant(day: dt.date) -> str:
+    return f"{day.isoformat()} 00:00:00+00"
 
 
 def span_start(day: dt.date, span_days: int) -> dt.date:

@@ -30,10 +30,6 @@ from schema.partition_ranges import DayRange, free_range
 _DAY = dt.timedelta(days=1)
 
 
-def _bound(day: dt.date) -> str:
-    return f"{day.isoformat()} 00:00:00+00"
-
-
 # A partition's bounds as UTC days, 'YYYY-MM-DD'. pg_get_expr prints them in the session's DateStyle
 # and TimeZone; cast back under the same settings they are exact again, and to_char prints them the
 # one way. A bound with a time of day is a timestamptz (its instant's UTC day); one without, a date.
@@ -144,7 +140,7 @@ async def _create_days(
     """Create the partition ``name`` of ``parent`` for ``days``, moving their rows out of the
     default partition first if any landed there."""
     key = await _partition_key(conn, parent=parent)
-    within = f"{key} >= '{_bound(days.start)}' AND {key} < '{_bound(days.end)}'"
+    within = days.within(key)
     bounds = days.bounds()
     stray = await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})")
     if not stray:
@@ -201,9 +197,7 @@ async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> 
     caller to drop once that transaction is committed. For a table whose days go with another's
     (``drop_expired``'s ``before_drop``)."""
     key = await _partition_key(conn, parent=parent)
-    await conn.execute(
-        f"DELETE FROM {ident(parent)}_default WHERE {key} >= '{_bound(day)}' AND {key} < '{_bound(day + _DAY)}'"
-    )
+    await conn.execute(f"DELETE FROM {ident(parent)}_default WHERE {DayRange(day, day + _DAY).within(key)}")
     if day not in await existing_days(conn, parent=parent):
         return []
     name = partition_name(parent, day)

@@ -69,3 +69,4 @@ def test_a_range_lists_its_days_and_its_bounds() -> None:
     assert list(week.days()) == [MON + i * DAY for i in range(7)]
     assert week.covers(MON) and week.covers(MON + 6 * DAY) and not week.covers(MON + 7 * DAY)
     assert week.bounds() == "FROM ('2026-11-23 00:00:00+00') TO ('2026-11-30 00:00:00+00')"
+    assert week.within("day") == "day >= '2026-11-23 00:00:00+00' AND day < '2026-11-30 00:00:00+00'"
