@@ -79,9 +79,12 @@ class AcceptQueue:
     """Accepts single sends in shared transactions (see the module docstring).
 
     ``max_in_flight`` transactions run at once: with one, sends queue behind each transaction's
-    round trips; with many, batches shrink and each send pays more CPU. ``bench.e2e`` on this
-    2-core machine (2026-11, before the storage and accept-path changes since; measure again with
-    ``python -m bench.e2e`` before changing it): 665 sends/s end to end with 2, 697 with 4, 608 with 8.
+    round trips, and one transaction waiting on a lock holds every single send; with many,
+    batches shrink and each send pays more CPU (planning and commit are per transaction). Two A/B
+    pairs of ``python -m bench.e2e`` (wrk, 64 connections, 2 cores, 2026-11-28), 2 against 4:
+    PostgreSQL's CPU per notification -13% and -16%, the whole machine's -6% and -9%, accept p99
+    59 -> 49 and 67 -> 52 ms; 1 saved more in one pair and less in the other. Measure again before
+    changing it.
     """
 
     def __init__(
@@ -91,7 +94,7 @@ class AcceptQueue:
         renderer: Renderer,
         counts: AcceptedCounts,
         max_batch: int = 256,
-        max_in_flight: int = 4,
+        max_in_flight: int = 2,
     ) -> None:
         self._pool, self._renderer, self._counts = pool, renderer, counts
 
