@@ -21,6 +21,15 @@ INSERT INTO sandbox_messages (notification_id, tenant_id, channel, recipient, su
                               provider_message_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 """
+# A batch as one statement: ``executemany`` of INSERT ran one statement per row, 16 µs of
+# PostgreSQL time per message under bench.e2e (pg_stat_statements, 2026-11-28), the sandbox's
+# whole cost beside a provider call.
+INSERT_MANY = """
+INSERT INTO sandbox_messages (notification_id, tenant_id, channel, recipient, subject, body, html, data,
+                              provider_message_id)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                     $8::jsonb[], $9::text[])
+"""
 
 
 class PgSandboxStore:
@@ -48,7 +57,7 @@ class PgSandboxStore:
         """Insert the batch at once; if that fails, row by row, so one bad row fails alone."""
         pool = self._pool or await self._get_pool()
         try:
-            await pool.executemany(INSERT, rows)  # atomic: all rows or none
+            await pool.execute(INSERT_MANY, *(list(column) for column in zip(*rows, strict=True)))
             return [None] * len(rows)
         except Exception:
             if len(rows) == 1:

@@ -18,16 +18,20 @@ from tests.conftest import TenantInfo
 def message(tenant_id: str, body: str) -> RenderedMessage:
     return RenderedMessage(
         notification_id=uuid7(), tenant_id=tenant_id, channel=Channel.email, to="ada@example.com",
-        body=body, subject="Hi",
+        body=body, subject="Hi", data={"body": body, "quote": '"\\'},
     )  # fmt: skip
 
 
 async def stored_bodies(engine: AsyncEngine, tenant_id: str) -> list[str]:
+    """The bodies stored for ``tenant_id``, each checked against the data stored beside it."""
     async with engine.connect() as conn:
         rows = await conn.execute(
-            sa.text("SELECT body FROM sandbox_messages WHERE tenant_id = :t ORDER BY body"), {"t": tenant_id}
+            sa.text("SELECT body, data FROM sandbox_messages WHERE tenant_id = :t ORDER BY body"),
+            {"t": tenant_id},
         )
-        return [r[0] for r in rows]
+        stored = list(rows)
+    assert all(data == {"body": body, "quote": '"\\'} for body, data in stored)
+    return [body for body, _ in stored]
 
 
 async def test_concurrent_sends_are_all_stored_with_their_own_ids(
