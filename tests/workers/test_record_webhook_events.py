@@ -95,5 +95,26 @@ async def test_a_tenant_without_endpoints_gets_no_event_rows(settings: Settings,
     assert await _logged(engine, tenant.id) == []
 
 
+async def test_one_batch_of_two_tenants_logs_events_for_the_one_with_an_endpoint(
+    settings: Settings, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    await _endpoint(engine, tenant.id, ["notification.sent"])
+    quiet = await make_tenant(engine)
+    hooked, unhooked = await _sending(engine, tenant), await _sending(engine, quiet)
+    pool = await create_pool(settings.database_url, size=1)
+    try:
+        await record_outcomes(
+            pool=pool,
+            outcomes=[
+                Outcome(notification_id=_uuid(n), status=Status.sent, provider="sandbox")
+                for n in (unhooked, hooked)
+            ],
+        )
+    finally:
+        await pool.close()
+    assert [(t, n) for t, n, _ in await _logged(engine, tenant.id)] == [("notification.sent", hooked)]
+    assert await _logged(engine, quiet.id) == []
+
+
 def _uuid(text: str) -> UUID:
     return UUID(text)
