@@ -31,15 +31,8 @@ import asyncpg
 
 from clarion import metrics
 from schema.enums import TERMINAL_STATUSES, Status
-from schema.partitions import (
-    days_ahead,
-    default_rows,
-    detach_day,
-    drop_expired,
-    drop_leftovers,
-    ensure_ahead,
-    existing_days,
-)
+from schema.partition_drops import detach_day, drop_expired, drop_leftovers
+from schema.partitions import days_ahead, default_rows, ensure_ahead, existing_days
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Range partitions by day: create them ahead, drop whole expired ones, count the days ahead.
+"""Range partitions by day: create them ahead, count the days ahead (dropping: ``schema.partition_drops``).
 
 Clarion's own small loop rather than pg_partman: three statements per table and day, testable with
 an injected clock, no extension to install on managed PostgreSQL. A parent table is range
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
@@ -26,6 +28,8 @@ import asyncpg
 
 from schema.partition_names import ident, partition_name
 from schema.partition_ranges import DayRange, free_range
+
+log = logging.getLogger(__name__)
 
 _DAY = dt.timedelta(days=1)
 
@@ -78,17 +82,23 @@ LOCK_PAUSE_S = 0.5
 T = TypeVar("T")
 
 
-async def _briefly(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) -> T:
+async def briefly(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) -> T:
     """``work`` in a transaction (a savepoint inside the caller's) that waits at most
     ``LOCK_TIMEOUT_MS`` for a lock, tried ``LOCK_TRIES`` times; raises
     ``asyncpg.LockNotAvailableError`` when no try got its locks, having changed nothing."""
+    started = time.perf_counter()
     for attempt in range(LOCK_TRIES):
         try:
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
                 done = await work()
                 await conn.execute("SET LOCAL lock_timeout = DEFAULT")  # not for the caller's rest
-                return done
+            if attempt:
+                log.info(
+                    "partition change done on try %d of %d, %.0f ms after the first",
+                    attempt + 1, LOCK_TRIES, (time.perf_counter() - started) * 1000,
+                )  # fmt: skip
+            return done
         except asyncpg.LockNotAvailableError:
             if attempt == LOCK_TRIES - 1:
                 raise
@@ -126,9 +136,7 @@ async def ensure_ahead(
             continue
         days = free_range(day, span_days=span_days, taken=taken)
         name = partition_name(parent, days.start)
-        await _briefly(
-            conn, partial(_create_days, conn, parent=parent, name=name, days=days, storage=storage)
-        )
+        await briefly(conn, partial(_create_days, conn, parent=parent, name=name, days=days, storage=storage))
         taken.append(days)
         created.append(name)
     return created
@@ -139,7 +147,7 @@ async def _create_days(
 ) -> None:
     """Create the partition ``name`` of ``parent`` for ``days``, moving their rows out of the
     default partition first if any landed there."""
-    key = await _partition_key(conn, parent=parent)
+    key = await partition_key(conn, parent=parent)
     within = days.within(key)
     bounds = days.bounds()
     stray = await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})")
@@ -161,7 +169,7 @@ async def _create_days(
         await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {bounds}")
 
 
-async def _partition_key(conn: asyncpg.Connection, *, parent: str) -> str:
+async def partition_key(conn: asyncpg.Connection, *, parent: str) -> str:
     """The column a parent is range partitioned on, from ``pg_get_partkeydef``."""
     definition = await conn.fetchval(
         "SELECT pg_get_partkeydef(c.oid) FROM pg_class c WHERE c.relname = $1", parent
@@ -189,116 +197,3 @@ async def default_rows(conn: asyncpg.Connection, *, parent: str) -> int:
     """Rows in the default partition: anything above 0 means a day was missing when it arrived."""
     value = await conn.fetchval(f"SELECT count(*) FROM {ident(parent)}_default")
     return int(value)
-
-
-async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> list[str]:
-    """Detach ``day`` of ``parent`` (and delete that day's rows in its default partition, normally
-    none), in the caller's transaction; returns the table detached, if there was one, for the
-    caller to drop once that transaction is committed. For a table whose days go with another's
-    (``drop_expired``'s ``before_drop``)."""
-    key = await _partition_key(conn, parent=parent)
-    await conn.execute(f"DELETE FROM {ident(parent)}_default WHERE {DayRange(day, day + _DAY).within(key)}")
-    if day not in await existing_days(conn, parent=parent):
-        return []
-    name = partition_name(parent, day)
-    await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
-    # Detached, its rows still reference the day being detached after it (engagement ->
-    # notifications): its own foreign keys go now, catalogue only; the table goes after commit.
-    for constraint in await conn.fetch(
-        "SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' AND conparentid = 0",
-        name,
-    ):
-        await conn.execute(f'ALTER TABLE {name} DROP CONSTRAINT "{constraint["conname"]}"')
-    return [name]
-
-
-async def _detach_with(
-    conn: asyncpg.Connection,
-    *,
-    parent: str,
-    name: str,
-    day: dt.date,
-    before_drop: Callable[[dt.date], Awaitable[list[str]]] | None,
-) -> list[str]:
-    """Detach ``name`` after ``before_drop``'s tables, in one short transaction; returns every
-    table detached, ``name`` last."""
-
-    async def detach() -> list[str]:
-        followers = await before_drop(day) if before_drop is not None else []
-        await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
-        return [*followers, name]
-
-    return await _briefly(conn, detach)
-
-
-async def _drop_detached(conn: asyncpg.Connection, names: list[str]) -> None:
-    """``DROP TABLE`` each detached day on its own: the commit that unlinks a day's files (0.3 s
-    for 0.56 GB, docs/partitioning.md) then holds only that table's lock, never the parent's."""
-    for name in names:
-        await conn.execute(f"DROP TABLE IF EXISTS {ident(name)}")
-
-
-async def _orphans(conn: asyncpg.Connection, *, parent: str, cutoff: dt.date) -> list[str]:
-    """Day tables of ``parent`` before ``cutoff`` that are detached but still there (a run that
-    stopped between its detach and its drop)."""
-    rows = await conn.fetch(
-        "SELECT relname FROM pg_class WHERE relname LIKE $1 AND relkind = 'r' AND NOT relispartition"
-        " AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $2::regclass)",
-        f"{ident(parent)}\\_p%",
-        parent,
-    )
-    prefix = f"{parent}_p"
-    return sorted(
-        r["relname"]
-        for r in rows
-        if re.fullmatch(r"\d{8}", r["relname"][len(prefix) :])
-        and dt.datetime.strptime(r["relname"][len(prefix) :], "%Y%m%d").date() < cutoff
-    )
-
-
-async def drop_expired(
-    conn: asyncpg.Connection,
-    *,
-    parent: str,
-    today: dt.date,
-    retention_days: int,
-    live_filter: str | None = None,
-    before_drop: Callable[[dt.date], Awaitable[list[str]]] | None = None,
-) -> list[str]:
-    """Drop each partition wholly older than ``today - retention_days`` (its last day before it);
-    return the names (``before_drop``'s first, partition by partition).
-
-    ``live_filter`` is a SQL condition on the partition's rows (e.g. ``status = ANY(...)`` for
-    non-terminal notifications): a partition holding any such row is kept whole, so a send
-    scheduled a month out is never lost; it goes on a later run once its rows are terminal.
-    Dropping is ``DETACH`` (with ``before_drop``, which detaches the tables whose days go with
-    this one, in one short transaction) then ``DROP`` of each detached table on its own: no
-    row-by-row DELETE, no vacuum afterwards, and the parent locked only for the detach. A day
-    left detached by an earlier run that stopped half-way is dropped too.
-    """
-    if retention_days < 1:
-        raise ValueError("retention_days must be at least 1")
-    cutoff = today - retention_days * _DAY
-    dropped: list[str] = []
-    for name, days in await existing_ranges(conn, parent=parent):
-        if days.end > cutoff:
-            break
-        if live_filter is not None and await conn.fetchval(
-            f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live_filter})"
-        ):
-            continue
-        detached = await _detach_with(conn, parent=parent, name=name, day=days.start, before_drop=before_drop)
-        await _drop_detached(conn, detached)
-        dropped += detached
-    return dropped + await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
-
-
-async def drop_leftovers(
-    conn: asyncpg.Connection, *, parent: str, today: dt.date, retention_days: int
-) -> list[str]:
-    """Drop the days of ``parent`` past retention that a stopped run detached but never dropped;
-    returns their names. ``drop_expired`` does it for its own table; a table whose days go with
-    another's needs it called for it."""
-    orphans = await _orphans(conn, parent=parent, cutoff=today - retention_days * _DAY)
-    await _drop_detached(conn, orphans)
-    return orphans

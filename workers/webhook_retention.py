@@ -12,7 +12,8 @@ import logging
 
 import asyncpg
 
-from schema.partitions import days_ahead, default_rows, drop_expired, ensure_ahead
+from schema.partition_drops import drop_expired
+from schema.partitions import days_ahead, default_rows, ensure_ahead
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pytest
 
 from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
-from schema import partitions
+from schema import partition_drops, partitions
 
 DAY = dt.date(2001, 2, 3)
 
@@ -78,7 +78,7 @@ async def test_a_day_is_split_out_of_the_default_partition_and_dropped_whole(
     )
     assert await conn.fetchval("SELECT count FROM engagement WHERE notification_id = $1", nid) == 2
 
-    dropped = await partitions.drop_expired(
+    dropped = await partition_drops.drop_expired(
         conn, parent="engagement", today=DAY + dt.timedelta(days=30), retention_days=7
     )
 

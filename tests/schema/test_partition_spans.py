@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from clarion.pg import asyncpg_dsn
-from schema import partitions
+from schema import partition_drops, partitions
 from schema.partition_ranges import DayRange
 
 DAY = dt.timedelta(days=1)
@@ -98,9 +98,11 @@ async def test_a_week_is_dropped_only_once_its_last_day_is_past_retention(
     conn, parent = keys
     await partitions.ensure_ahead(conn, parent=parent, today=MON, days_ahead=0, span_days=7)
     sunday = MON + 6 * DAY
-    kept = await partitions.drop_expired(conn, parent=parent, today=sunday + 30 * DAY, retention_days=30)
+    kept = await partition_drops.drop_expired(conn, parent=parent, today=sunday + 30 * DAY, retention_days=30)
     assert kept == [] and await ranges(conn, parent) == [DayRange(MON, MON + 7 * DAY)]
-    dropped = await partitions.drop_expired(conn, parent=parent, today=sunday + 31 * DAY, retention_days=30)
+    dropped = await partition_drops.drop_expired(
+        conn, parent=parent, today=sunday + 31 * DAY, retention_days=30
+    )
     assert dropped == [partitions.partition_name(parent, MON)]
     assert await ranges(conn, parent) == []
 
@@ -138,7 +140,9 @@ async def test_partitions_clarion_did_not_make_are_never_counted_or_dropped(
     )
     await partitions.ensure_ahead(conn, parent=parent, today=MON, days_ahead=0, span_days=7)
     assert await ranges(conn, parent) == [DayRange(MON, MON + 7 * DAY)]
-    dropped = await partitions.drop_expired(conn, parent=parent, today=MON + 400 * DAY, retention_days=30)
+    dropped = await partition_drops.drop_expired(
+        conn, parent=parent, today=MON + 400 * DAY, retention_days=30
+    )
     assert dropped == [partitions.partition_name(parent, MON)]
     left = await conn.fetch(
         "SELECT inhrelid::regclass::text AS name FROM pg_inherits WHERE inhparent = $1::regclass", parent

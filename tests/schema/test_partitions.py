@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from clarion.pg import asyncpg_dsn
-from schema import partitions
+from schema import partition_drops, partitions
 
 DAY = dt.timedelta(days=1)
 LIVE = "status IN ('scheduled', 'accepted', 'queued', 'sending', 'retrying', 'delayed')"
@@ -80,7 +80,7 @@ async def test_retention_drops_whole_days_but_keeps_one_with_a_scheduled_send(
     # A send accepted on day 2 and scheduled a month out is still live.
     await conn.execute(f"INSERT INTO {parent} VALUES (100, 'scheduled', $1)", at(start + 2 * DAY, 10))
     today = start + 40 * DAY
-    dropped = await partitions.drop_expired(
+    dropped = await partition_drops.drop_expired(
         conn, parent=parent, today=today, retention_days=30, live_filter=LIVE
     )
     assert dropped == [partitions.partition_name(parent, start + i * DAY) for i in range(10) if i != 2]
@@ -90,7 +90,7 @@ async def test_retention_drops_whole_days_but_keeps_one_with_a_scheduled_send(
     assert await conn.fetchval(f"SELECT count(*) FROM {parent}") == 41 - 9 + 1
     # Once that send is terminal, the next run drops its day too.
     await conn.execute(f"UPDATE {parent} SET status = 'sent' WHERE id = 100")
-    assert await partitions.drop_expired(
+    assert await partition_drops.drop_expired(
         conn, parent=parent, today=today, retention_days=30, live_filter=LIVE
     ) == [partitions.partition_name(parent, start + 2 * DAY)]
 
@@ -102,7 +102,7 @@ async def test_names_that_are_not_plain_identifiers_are_refused(
     with pytest.raises(ValueError):
         await partitions.ensure_ahead(conn, parent="x; DROP TABLE t", today=dt.date.today(), days_ahead=1)
     with pytest.raises(ValueError):
-        await partitions.drop_expired(conn, parent="plog", today=dt.date.today(), retention_days=0)
+        await partition_drops.drop_expired(conn, parent="plog", today=dt.date.today(), retention_days=0)
 
 
 async def test_a_day_that_landed_in_the_default_gets_its_partition_and_keeps_its_rows(
