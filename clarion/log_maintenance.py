@@ -105,15 +105,10 @@ async def maintain(
     ahead: dict[str, int] = {}
     stray: dict[str, int] = {}
     for table in LOG_TABLES:
-        if table.name == "notifications":
-            created += await _ensure_log_ahead(
-                conn, today=today, days_ahead=partitions_ahead, fillfactor=table.fillfactor
-            )
-        else:
-            created += await ensure_ahead(
-                conn, parent=table.name, today=today, days_ahead=partitions_ahead,
-                fillfactor=table.fillfactor, span_days=table.span_days,
-            )  # fmt: skip
+        created += await ensure_ahead(
+            conn, parent=table.name, today=today, days_ahead=partitions_ahead,
+            fillfactor=table.fillfactor, span_days=table.span_days,
+        )  # fmt: skip
     followers = [t.name for t in LOG_TABLES if t.goes_with_log]
 
     async def detach_followers(day: dt.date) -> list[str]:
@@ -138,33 +133,6 @@ async def maintain(
     if created or dropped:
         log.info("log maintenance: created %s, dropped %s", created or "none", dropped or "none")
     return MaintenanceReport(created, dropped, ahead, stray)
-
-
-# Engagement of notifications that landed in the default partition: moving those out (a late day's
-# creation deletes them from the default and inserts them into their day) would cascade-delete it.
-_STASH = """
-CREATE TEMP TABLE engagement_stash ON COMMIT DROP AS
-SELECT e.* FROM engagement e
-  JOIN notifications_default n ON n.id = e.notification_id AND n.created_at = e.notification_created_at
-"""
-
-
-async def _ensure_log_ahead(
-    conn: asyncpg.Connection, *, today: dt.date, days_ahead: int, fillfactor: int
-) -> list[str]:
-    """``ensure_ahead`` for ``notifications``, keeping the engagement of rows it moves out of the
-    default partition (normally there are none, and this is one count)."""
-    if not await default_rows(conn, parent="notifications"):
-        return await ensure_ahead(
-            conn, parent="notifications", today=today, days_ahead=days_ahead, fillfactor=fillfactor
-        )
-    async with conn.transaction():
-        await conn.execute(_STASH)
-        created = await ensure_ahead(
-            conn, parent="notifications", today=today, days_ahead=days_ahead, fillfactor=fillfactor
-        )
-        await conn.execute("INSERT INTO engagement SELECT * FROM engagement_stash ON CONFLICT DO NOTHING")
-    return created
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ Guarantees:
   kept per row at most ``SEEN_KEPT``; ``count`` saturates at 2**31 - 1.
 
 - each counted report is also a ``notification.<type>`` webhook event (``core.webhook_events``),
-  logged in the same transaction.
+  logged in the same transaction;
+- only for a notification that is in the log: the upsert checks it in the same statement (there
+  is no foreign key, migration 0012), so a report racing its notification's drop stores nothing.
 
 Errors: asyncpg errors pass through (the caller's transaction decides).
 """
@@ -70,7 +72,9 @@ def cut_link(link: str) -> str:
 _UPSERT = f"""
 INSERT INTO engagement AS e (notification_id, type, link, tenant_id, notification_created_at,
                              first_at, last_at, count, source, seen)
-VALUES ($1, $2, $3, $4, $5, $6, $6, 1, $7, CASE WHEN $8::text IS NULL THEN '{{}}' ELSE ARRAY[$8::text] END)
+SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz, $6::timestamptz, $6::timestamptz, 1, $7::text,
+       CASE WHEN $8::text IS NULL THEN '{{}}' ELSE ARRAY[$8::text] END
+ WHERE EXISTS (SELECT 1 FROM notifications WHERE id = $1 AND created_at = $5 AND tenant_id = $4)
 ON CONFLICT (notification_id, type, link, tenant_id, notification_created_at) DO UPDATE
    SET first_at = least(e.first_at, excluded.first_at),
        last_at = greatest(e.last_at, excluded.last_at),

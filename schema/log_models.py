@@ -152,22 +152,14 @@ class Engagement(SQLModel, table=True):
 
     Range partitioned on ``notification_created_at`` (the notification's own ``created_at``, so a
     day of engagement goes with the same day of the log, docs/partitioning.md); until the
-    partition loop runs every row is in ``engagement_default``, and the foreign key deletes the
-    rows with their notification.
+    partition loop runs every row is in ``engagement_default``. No foreign key to the log
+    (migration 0012: it made every day's detach check all of engagement while holding the log);
+    ``core.engagement`` writes a row only for a notification that is there.
     """
 
     __tablename__ = "engagement"
-    __table_args__ = (
-        # Composite: a key referenced on the partitioned log must include its partition key.
-        sa.ForeignKeyConstraint(
-            ["notification_id", "notification_created_at"],
-            ["notifications.id", "notifications.created_at"],
-            name="engagement_notification_fkey",
-            ondelete="CASCADE",
-        ),
-        {"postgresql_partition_by": "RANGE (notification_created_at)"},
-    )
-    # Key order: notification first (the read of one notification, and the cascade from it).
+    __table_args__ = ({"postgresql_partition_by": "RANGE (notification_created_at)"},)
+    # Key order: notification first (the read of one notification's engagement).
     notification_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True, nullable=False))
     type: str = Field(primary_key=True, max_length=12, description="schema.enums.EngagementType")
     link: str = Field(

@@ -141,7 +141,7 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
     # Once it is sent, the next run drops its day too.
     await conn.execute("UPDATE notifications SET status = 'sent' WHERE event_id = 'next-month'")
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
-    # Its engagement goes with it, just before it (the foreign key would refuse the other order).
+    # Its engagement goes with it, in the same short transaction.
     assert ours(report.dropped, since=old - 6 * DAY) == [
         partition_name("notification_keys", old - 6 * DAY),
         *(partition_name(t, old) for t in ("engagement", "notifications")),
@@ -174,6 +174,5 @@ async def test_a_late_day_moves_out_of_the_default_partition_with_its_engagement
         "SELECT tableoid::regclass::text FROM notifications WHERE event_id = 'early-bird'"
     )
     assert part == partition_name("notifications", late)
-    # The move deleted it from the default and inserted it into its day; the foreign key's cascade
-    # did not take its engagement along.
+    # The move deleted it from the default and inserted it into its day; its engagement moved too.
     assert await conn.fetchval("SELECT count(*) FROM engagement") == 1

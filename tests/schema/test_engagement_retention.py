@@ -1,6 +1,6 @@
-"""The engagement table goes with the notification log: its rows are deleted with their notification
-today, and its days can be created ahead and dropped whole by schema.partitions once the log's loop
-runs (docs/partitioning.md), rows that landed in the default partition moved out first."""
+"""The engagement table goes with the notification log: a row is stored only for a notification in
+the log, and its days can be created ahead and dropped whole by schema.partitions once the log's
+loop runs (docs/partitioning.md), rows that landed in the default partition moved out first."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import asyncpg
 import pytest
 
 from clarion.pg import asyncpg_dsn
+from core.engagement import EngagementEvent, record_engagement
 from harness.services import drop_database, fresh_database
 from schema import partition_drops, partitions
+from schema.enums import EngagementType
 
 DAY = dt.date(2001, 2, 3)
 
@@ -50,10 +52,29 @@ async def _engaged_notification(conn: asyncpg.Connection, created_at: dt.datetim
     return nid
 
 
-async def test_rows_are_deleted_with_their_notification(conn: asyncpg.Connection) -> None:
-    nid = await _engaged_notification(conn, dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
-    await conn.execute("DELETE FROM notifications WHERE id = $1", nid)
-    assert await conn.fetchval("SELECT count(*) FROM engagement") == 0
+async def test_a_report_is_stored_only_for_a_notification_in_the_log(conn: asyncpg.Connection) -> None:
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    nid = await _engaged_notification(conn, at)  # one "opened" row already
+    gone = await _engaged_notification(conn, at)
+    await conn.execute("DELETE FROM engagement WHERE notification_id = $1", gone)
+    await conn.execute("DELETE FROM notifications WHERE id = $1", gone)  # as if its day was dropped
+
+    def clicked(notification_id: object, tenant_id: str = "t") -> EngagementEvent:
+        return EngagementEvent(
+            tenant_id=tenant_id, notification_id=notification_id, notification_created_at=at,  # type: ignore[arg-type]
+            type=EngagementType.clicked, at=at, source="api", link="https://example.com/",
+        )  # fmt: skip
+
+    async with conn.transaction():
+        recorded = await record_engagement(
+            conn=conn, events=[clicked(nid), clicked(gone), clicked(nid, tenant_id="another")]
+        )
+
+    assert [(r.event.notification_id, r.event.tenant_id, r.counted) for r in recorded] == sorted(
+        [(nid, "t", True), (gone, "t", False), (nid, "another", False)], key=lambda r: str(r[0])
+    )
+    stored = await conn.fetch("SELECT notification_id, type, tenant_id FROM engagement ORDER BY type")
+    assert [tuple(r) for r in stored] == [(nid, "clicked", "t"), (nid, "opened", "t")]
 
 
 async def test_a_day_is_split_out_of_the_default_partition_and_dropped_whole(
