@@ -39,13 +39,6 @@ async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> 
         return []
     name = partition_name(parent, day)
     await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
-    # Detached, its rows still reference the day being detached after it (engagement ->
-    # notifications): its own foreign keys go now, catalogue only; the table goes after commit.
-    for constraint in await conn.fetch(
-        "SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' AND conparentid = 0",
-        name,
-    ):
-        await conn.execute(f'ALTER TABLE {name} DROP CONSTRAINT "{constraint["conname"]}"')
     return [name]
 
 
