@@ -16,15 +16,10 @@ from clarion.coalesce import Coalescer
 from clarion.pg import create_pool
 from providers.sandbox import SandboxRecord
 
+# A batch as one statement (a row alone is a batch of one): ``executemany`` of a one-row INSERT ran
+# one statement per row, 16 µs of PostgreSQL time per message under bench.e2e (pg_stat_statements,
+# 2026-11-28), the sandbox's whole cost beside a provider call.
 INSERT = """
-INSERT INTO sandbox_messages (notification_id, tenant_id, channel, recipient, subject, body, html, data,
-                              provider_message_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-"""
-# A batch as one statement: ``executemany`` of INSERT ran one statement per row, 16 µs of
-# PostgreSQL time per message under bench.e2e (pg_stat_statements, 2026-11-28), the sandbox's
-# whole cost beside a provider call.
-INSERT_MANY = """
 INSERT INTO sandbox_messages (notification_id, tenant_id, channel, recipient, subject, body, html, data,
                               provider_message_id)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
@@ -57,7 +52,7 @@ class PgSandboxStore:
         """Insert the batch at once; if that fails, row by row, so one bad row fails alone."""
         pool = self._pool or await self._get_pool()
         try:
-            await pool.execute(INSERT_MANY, *(list(column) for column in zip(*rows, strict=True)))
+            await _insert(pool, rows)
             return [None] * len(rows)
         except Exception:
             if len(rows) == 1:
@@ -65,7 +60,7 @@ class PgSandboxStore:
         results: list[Exception | None] = []
         for row in rows:
             try:
-                await pool.execute(INSERT, *row)
+                await _insert(pool, [row])
                 results.append(None)
             except Exception as exc:
                 results.append(exc)
@@ -75,3 +70,8 @@ class PgSandboxStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+async def _insert(pool: asyncpg.Pool, rows: list[SandboxRecord]) -> None:
+    """``rows`` in one statement: all of them or none."""
+    await pool.execute(INSERT, *(list(column) for column in zip(*rows, strict=True)))
