@@ -3,12 +3,15 @@ stateful phases) against a running ``clarion api`` finds no failure.
 
 Every check: no 5xx, every status code and content type documented, responses match their
 schemas, schema-valid requests accepted and schema-violating ones refused (rules a schema cannot
-state are listed in ``schemathesis.toml``), 405 with a correct ``Allow``, 401 without credentials,
-created resources found. The CI run is bounded by ``--max-time``; the ``slow`` one (``pytest -m slow``)
-runs the five minutes of the issue that asked for it. The same command by hand, against ``clarion dev``:
+state are listed in ``schemathesis.toml``), 405 with a correct ``Allow``, 401 without credentials.
+One is off: "created resource found", which follows links schemathesis guesses from a name alone
+(why: ``schemathesis.toml``). The CI run is bounded by ``--max-time``; the ``slow`` one
+(``pytest -m slow``) runs the five minutes of the issue that asked for it. The same command by
+hand, against ``clarion dev``:
 
     schemathesis --config-file tests/abuse/schemathesis.toml run http://127.0.0.1:8000/openapi.json \\
-        --checks all -H "Authorization: Bearer $CLARION_API_KEY" --max-time 300
+        --checks all --exclude-checks ensure_resource_availability \\
+        -H "Authorization: Bearer $CLARION_API_KEY" --max-time 300
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def _run(url: str, key: str, max_time_s: int, tmp_path: Path) -> str:
     seed = [] if os.environ.get("CLARION_FUZZ_RANDOM") else ["--seed", "1"]
     command = [
         str(SCHEMATHESIS), "--config-file", str(CONFIG), "--no-color",
-        "run", f"{url}/openapi.json", "--checks", "all",
+        "run", f"{url}/openapi.json", "--checks", "all", "--exclude-checks", "ensure_resource_availability",
         "-H", f"Authorization: Bearer {key}",
         "--max-time", str(max_time_s), "--generation-database", "none", *seed,
     ]  # fmt: skip
