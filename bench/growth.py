@@ -14,7 +14,8 @@ ratios against issue #16's targets: on the full log, delivered/s within 10% and 
 Then a second load on the full log, halfway through which the relay's retention code drops the
 oldest day (``bench/growth_drop.py``; the days it would create are made before the load): it
 prints how long that took (target < 1 s) and the accept latency of a probe client in the seconds
-around the drop against the rest of the run (target: no visible blip).
+around the drop against the rest of the run. No visible blip: nothing refused, and the slowest
+send around the drop no slower than the slowest of every other stretch of the run as long.
 
 The 20 M fill takes ~25-35 minutes and ~27 GB of disk on the 2-core machine (README). Start it
 well before midnight UTC: the fill's days are counted back from the day it starts, and a relay
@@ -133,6 +134,7 @@ def print_drop(g: Growth) -> None:
     assert drop is not None
     took = drop.end_s - drop.start_s
     near, rest = g.drop.around()
+    near_s = took + 2 * MARGIN_S
     print(
         f"\nRetention during the load (the relay's upkeep, clock at tomorrow), {drop.start_s:.1f} s into it:"
     )
@@ -157,10 +159,21 @@ def print_drop(g: Growth) -> None:
             f"{name:28} {lat.count:8} {lat.refused:8} {lat.p50_s * 1000:8.1f} {lat.p99_s * 1000:8.1f} "
             f"{lat.max_s * 1000:8.1f}"
         )
-    blip = near.max_s / rest.p99_s if rest.p99_s else 0.0
-    clean = blip <= 1 and not near.refused and not g.drop.wrk_refused and drop.report is not None
+    # Held against stretches of the same length, not against the rest's p99: the slowest of ~70
+    # sends exceeds the p99 of the same distribution about half the time (1 - 0.99^70), blip or not.
+    others = g.drop.other_windows()
+    print(f"{'slowest around / p99 of the rest':28} {near.max_s / rest.p99_s if rest.p99_s else 0.0:8.2f}")
+    if others:
+        print(
+            f"slowest send of the other {len(others)} stretches of the run as long ({near_s:.1f} s): "
+            f"median {statistics.median(others) * 1000:.1f} ms, slowest {max(others) * 1000:.1f} ms"
+        )
+    clean = bool(others) and near.max_s <= max(others)
+    clean = clean and not near.refused and not g.drop.wrk_refused and drop.report is not None
     print(
-        f"{'slowest around / p99 of the rest':28} {blip:8.2f}   (<= 1, nothing refused: no visible blip: {verdict(clean)})"
+        f"{'slowest around / median of the other stretches':44} "
+        f"{near.max_s / statistics.median(others) if others else 0.0:10.2f}   (the drop's stretch not the "
+        f"run's slowest, nothing refused: no visible blip: {verdict(clean)})"
     )
     seconds = "  ".join(f"{s}:{ms * 1000:.0f}" for s, ms in g.drop.per_second().items())
     print(f"slowest probe send per second of the run (s:ms): {seconds}")

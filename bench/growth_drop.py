@@ -2,7 +2,8 @@
 
 wrk reports one latency distribution per run, so a probe client beside it (one connection, one
 send after another, the same body as ``bench.load``) stamps every accept it makes; the seconds
-around the drop are compared with the rest of the run. Refused sends are counted, not fatal: a
+around the drop are compared with the rest of the run, and with every other stretch of it as
+long (``slowest_per_window``). Refused sends are counted, not fatal: a
 refusal during the drop is what this run is looking for. Halfway through the load the relay's own
 upkeep (``commands.runner.log_maintainer``, what runs hourly in the relay) runs once with its clock
 set to tomorrow, so it drops the oldest filled day of every log table as the first run after
@@ -149,9 +150,38 @@ class DropDuringLoad:
         rest = [s for s in self.samples if not lo <= s.at_s <= hi]
         return Latency.of(near), Latency.of(rest)
 
+    def other_windows(self) -> list[float]:
+        """The slowest probe send of each stretch of the run as long as ``around``'s, tiled before
+        and after it (a stretch with no send left out): what the drop's stretch is held against."""
+        if self.drop is None:
+            raise RuntimeError("the load has not run yet")
+        lo, hi = self.drop.start_s - MARGIN_S, self.drop.end_s + MARGIN_S
+        return slowest_per_window(self.samples, length_s=hi - lo, skip=(lo, hi), end_s=self.plan.seconds)
+
     def per_second(self) -> dict[int, float]:
         """The slowest probe send that started in each second of the run."""
         worst: dict[int, float] = {}
         for s in self.samples:
             worst[int(s.at_s)] = max(worst.get(int(s.at_s), 0.0), s.latency_s)
         return dict(sorted(worst.items()))
+
+
+def slowest_per_window(
+    samples: list[Sample], *, length_s: float, skip: tuple[float, float], end_s: float
+) -> list[float]:
+    """The slowest latency in each window of ``length_s`` tiled from the start of the run up to
+    ``skip``'s start, and from ``skip``'s end up to ``end_s`` (windows with no sample are left
+    out; so is a remainder shorter than ``length_s``: a shorter window would set a lower bar)."""
+    lo, hi = skip
+
+    def fits(span: float) -> int:  # how many whole windows; (20 - 11.2) / 2.2 is 3.999... in floats
+        return int(max(0.0, span) / length_s + 1e-9)
+
+    starts = [k * length_s for k in range(fits(lo))]
+    starts += [hi + k * length_s for k in range(fits(end_s - hi))]
+    worst = []
+    for start in starts:
+        inside = [s.latency_s for s in samples if start <= s.at_s < start + length_s]
+        if inside:
+            worst.append(max(inside))
+    return worst
