@@ -192,7 +192,14 @@ class TemplateRenderer:
             paths = attribute_paths(tree)
             tree = Instrument().visit(tree)
             tree.set_environment(env)
-            return CompiledTemplate(template=env.from_string(tree), attribute_paths=paths)
+            template = env.from_string(tree)
+            # Jinja copies a template's globals into every render's context, and reads them as a
+            # ChainMap of the template's and the environment's (set once, in SandboxEnvironment):
+            # iterating it twice per part was a third of a render. One plain dict made at compile
+            # time: 47.3 -> 32.7 us of CPU for a three-part email (python -m bench.render); in
+            # bench.e2e (A/B/B/A), worker 0.275 -> 0.24 and API 0.40 -> 0.37 ms per notification.
+            template.globals = dict(template.globals)
+            return CompiledTemplate(template=template, attribute_paths=paths)
         except TemplateSyntaxError as exc:
             raise RenderError("template_syntax", f"line {exc.lineno}: {exc.message}") from None
         except (RecursionError, MemoryError, SyntaxError):
