@@ -139,7 +139,10 @@ class RetryPolicy:
         started = datetime.now(UTC)
         error: BaseException | None = None
         try:
-            return await asyncio.wait_for(call(), self.attempt_timeout_s)
+            # asyncio.timeout, not wait_for: wait_for runs the call in a task of its own (~3% of a
+            # worker's CPU under bench.e2e with the sandbox provider, py-spy 2026-11-28).
+            async with asyncio.timeout(self.attempt_timeout_s):
+                return await call()
         except TimeoutError:
             error = TransientProviderError(
                 f"provider call exceeded {self.attempt_timeout_s}s", provider=provider, code="timeout"
