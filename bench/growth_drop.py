@@ -141,21 +141,24 @@ class DropDuringLoad:
         accepted = sum(s.accepted for s in self.samples)
         return Load(load.sent + accepted, load.elapsed_s, load.p50_s, load.p99_s, load.refused)
 
-    def around(self) -> tuple[Latency, Latency]:
-        """Probe latency around the drop (``MARGIN_S`` either side) and over the rest of the run."""
+    def stretch(self) -> tuple[float, float]:
+        """The stretch of the run "around the drop": ``MARGIN_S`` before it began to ``MARGIN_S``
+        after it ended (seconds since the load began)."""
         if self.drop is None:
             raise RuntimeError("the load has not run yet")
-        lo, hi = self.drop.start_s - MARGIN_S, self.drop.end_s + MARGIN_S
+        return self.drop.start_s - MARGIN_S, self.drop.end_s + MARGIN_S
+
+    def around(self) -> tuple[Latency, Latency]:
+        """Probe latency in ``stretch`` and over the rest of the run."""
+        lo, hi = self.stretch()
         near = [s for s in self.samples if lo <= s.at_s <= hi]
         rest = [s for s in self.samples if not lo <= s.at_s <= hi]
         return Latency.of(near), Latency.of(rest)
 
     def other_windows(self) -> list[float]:
-        """The slowest probe send of each stretch of the run as long as ``around``'s, tiled before
+        """The slowest probe send of each stretch of the run as long as ``stretch``, tiled before
         and after it (a stretch with no send left out): what the drop's stretch is held against."""
-        if self.drop is None:
-            raise RuntimeError("the load has not run yet")
-        lo, hi = self.drop.start_s - MARGIN_S, self.drop.end_s + MARGIN_S
+        lo, hi = self.stretch()
         return slowest_per_window(self.samples, length_s=hi - lo, skip=(lo, hi), end_s=self.plan.seconds)
 
     def per_second(self) -> dict[int, float]:
