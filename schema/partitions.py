@@ -1,6 +1,6 @@
 """Range partitions by day: create them ahead, count the days ahead (dropping: ``schema.partition_drops``).
 
-Clarion's own small loop rather than pg_partman: three statements per table and day, testable with
+Clarion's own small loop rather than pg_partman: a few statements per table and day, testable with
 an injected clock, no extension to install on managed PostgreSQL. A parent table is range
 partitioned on a ``timestamptz`` (or ``date``) column; each child holds one UTC day, or a span of
 days (``span_days``, ``schema.partition_ranges``), and is named ``<parent>_pYYYYMMDD`` after its
@@ -73,9 +73,10 @@ async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.dat
     return [days.start for _, days in await existing_ranges(conn, parent=parent)]
 
 
-# Creating or detaching a day takes ACCESS EXCLUSIVE on the parent: waiting behind a long reader
-# (a search, an export) would queue every accept behind it, so the upkeep gives up after this long
-# (below deadlock_timeout, 1 s), lets them through, and tries again (docs/partitioning.md).
+# Detaching a day takes ACCESS EXCLUSIVE on the parent, creating one on the default partition:
+# waiting behind a long reader (a search, an export) would queue every query behind it, so the
+# upkeep gives up after this long (below deadlock_timeout, 1 s), lets them through, and tries
+# again (docs/partitioning.md).
 LOCK_TIMEOUT_MS = 200
 LOCK_TRIES = 10
 LOCK_PAUSE_S = 0.5
@@ -119,8 +120,8 @@ async def ensure_ahead(
     days_ahead``, one per ``span_days`` (``partition_ranges.free_range``), each with ``fillfactor``
     (below 100 leaves room on a page for HOT updates).
 
-    Idempotent (``IF NOT EXISTS``); returns the names it created. Safe to run from several
-    processes: each CREATE takes the parent's lock, a loser sees the table already there.
+    Idempotent; returns the names it created. Safe to run from several processes: each day is
+    created under the parent's SHARE UPDATE EXCLUSIVE lock, and a loser finds it there.
     """
     created: list[str] = []
     taken = [days for _, days in await existing_ranges(conn, parent=parent)]
@@ -145,28 +146,34 @@ async def ensure_ahead(
 async def _create_days(
     conn: asyncpg.Connection, *, parent: str, name: str, days: DayRange, storage: str
 ) -> None:
-    """Create the partition ``name`` of ``parent`` for ``days``, moving their rows out of the
-    default partition first if any landed there."""
+    """Create the partition ``name`` of ``parent`` for ``days`` as a plain table and attach it,
+    moving their rows out of the default partition first if any landed there.
+
+    ``CREATE TABLE ... PARTITION OF`` would take ACCESS EXCLUSIVE on the parent: every send, claim
+    and read of the log waits behind it, and the parent's lock waits for every transaction already
+    in it (checked on PostgreSQL 15, ``tests/schema/test_retention_locks.py``). ``ATTACH PARTITION``
+    takes SHARE UPDATE EXCLUSIVE on the parent, which no insert, update or read conflicts with,
+    and ACCESS EXCLUSIVE on the default partition only, which a query pruned to its days never
+    opens. Taken first, the parent's lock also makes concurrent upkeeps create a day one at a time.
+    """
+    await conn.execute(f"LOCK TABLE {parent} IN SHARE UPDATE EXCLUSIVE MODE")
+    if await conn.fetchval(
+        "SELECT relispartition FROM pg_class WHERE oid = to_regclass($1)", name
+    ):  # another process's upkeep made it since this one looked
+        return
     key = await partition_key(conn, parent=parent)
     within = days.within(key)
-    bounds = days.bounds()
-    stray = await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})")
-    if not stray:
-        await conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {parent} FOR VALUES {bounds} {storage}"
-        )
-    else:
-        # PostgreSQL refuses a new partition while the default holds rows of its range
-        # ("updated partition constraint for default partition would be violated"): move
-        # that day's rows into a table of their own, then attach it.
-        await conn.execute(
-            f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage}"
-        )
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) {storage}"
+    )
+    # PostgreSQL refuses a partition while the default holds rows of its range ("updated partition
+    # constraint for default partition would be violated"): those rows move into it first.
+    if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})"):
         await conn.execute(
             f"WITH moved AS (DELETE FROM {parent}_default WHERE {within} RETURNING *) "
             f"INSERT INTO {name} SELECT * FROM moved"
         )
-        await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {bounds}")
+    await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES {days.bounds()}")
 
 
 async def partition_key(conn: asyncpg.Connection, *, parent: str) -> str:

@@ -1,6 +1,7 @@
-"""Dropping an expired day under load: the detach holds the log only briefly, never needs the
-tables an accept holds, gives up rather than queue every accept behind a long reader, and a day a
-stopped run left detached goes on the next run (docs/partitioning.md, "Retention under load")."""
+"""Partition upkeep under load: the detach holds the log only briefly, never needs the tables an
+accept holds, gives up rather than queue every accept behind a long reader, and a day a stopped
+run left detached goes on the next run; creating a day ahead neither waits for nor blocks a send
+(docs/partitioning.md, "Retention under load")."""
 
 from __future__ import annotations
 
@@ -130,3 +131,30 @@ async def test_creating_a_day_gives_up_behind_a_long_reader(
     assert await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0) == [
         partitions.partition_name("notifications", OLD)
     ]
+
+
+async def test_creating_a_day_neither_waits_for_nor_blocks_a_send(
+    conns: tuple[asyncpg.Connection, asyncpg.Connection], impatient: None
+) -> None:
+    upkeep, accept = conns
+    await _old_day(upkeep)  # OLD's day and LATER's exist
+    at = dt.datetime(OLD.year, OLD.month, OLD.day, 13, tzinfo=dt.UTC)
+    send = (
+        "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data, created_at)"
+        " SELECT gen_random_uuid(), 't', $1, 'x', id, 'push', '{}', $2 FROM users WHERE external_id = 'u'"
+    )
+    tomorrow = OLD + dt.timedelta(days=1)
+    async with accept.transaction():  # a send in its transaction, and a read of its day
+        await accept.execute(send, "during", at)
+        await accept.fetchval("SELECT count(*) FROM notifications WHERE created_at BETWEEN $1 AND $1", at)
+        # ACCESS EXCLUSIVE on notifications (CREATE TABLE ... PARTITION OF) would wait for this
+        # transaction and give up: two tries of LOCK_TIMEOUT_MS.
+        assert await partitions.ensure_ahead(
+            upkeep, parent="notifications", today=tomorrow, days_ahead=0
+        ) == [partitions.partition_name("notifications", tomorrow)]
+    async with upkeep.transaction():  # and the other way round: a day attached, not yet committed
+        await upkeep.execute("SET LOCAL lock_timeout = 5000")
+        await partitions.ensure_ahead(upkeep, parent="notifications", today=tomorrow, days_ahead=1)
+        await accept.execute("SET lock_timeout = 500")
+        await accept.execute(send, "while attaching", at)  # LockNotAvailableError if blocked
+    assert await accept.fetchval("SELECT count(*) FROM notifications WHERE event_id LIKE 'while%'") == 1
