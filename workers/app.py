@@ -41,7 +41,7 @@ import base64
 import gc
 import json
 import logging
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
@@ -67,6 +67,18 @@ from workers.send import Sender
 from workers.wiring import build_steps
 
 log = logging.getLogger(__name__)
+
+
+async def _records_as_they_are(msg: Any) -> None:
+    """FastStream's decoder for the worker's subscribers: none. The handlers read the batch's records
+    (``msg.raw_message``) and decode each with pydantic (``workers.pipeline.decode``), which also
+    sends an undecodable one to the DLQ. FastStream's default decoder made a message object (with a
+    ``uuid4``, a ``getrandom`` call) and ran ``json.loads`` for every record, and nothing read the
+    result: ``bench.e2e`` A/B/B/A x2 (2026-11-28), worker CPU per notification 0.145-0.148 ->
+    0.134-0.136 ms on the runs side by side (-7%)."""
+    return None
+
+
 T = TypeVar("T")
 
 
@@ -105,6 +117,7 @@ class Worker:
             fetch_max_wait_ms=settings.worker_fetch_wait_ms,
             ack_policy=AckPolicy.MANUAL,
             auto_offset_reset="earliest",
+            decoder=_records_as_they_are,
         )(self._handle_batch)
         self.broker.subscriber(
             topic(channel, "bulk"),
@@ -114,6 +127,7 @@ class Worker:
             batch_timeout_ms=50,
             ack_policy=AckPolicy.MANUAL,
             auto_offset_reset="earliest",
+            decoder=_records_as_they_are,
         )(self._handle_bulk_batch)
         self.retry_broker = KafkaBroker(settings.kafka_bootstrap, logger=None)
         self.retry_broker.subscriber(
@@ -124,6 +138,7 @@ class Worker:
             batch_timeout_ms=50,
             ack_policy=AckPolicy.MANUAL,
             auto_offset_reset="earliest",
+            decoder=_records_as_they_are,
         )(self._handle_retry_batch)
 
     async def _handle_batch(self, msg: KafkaMessage) -> None:
