@@ -152,9 +152,11 @@ async def test_creating_a_day_neither_waits_for_nor_blocks_a_send(
         assert await partitions.ensure_ahead(
             upkeep, parent="notifications", today=tomorrow, days_ahead=0
         ) == [partitions.partition_name("notifications", tomorrow)]
+    after = tomorrow + dt.timedelta(days=1)
     async with upkeep.transaction():  # and the other way round: a day attached, not yet committed
-        await upkeep.execute("SET LOCAL lock_timeout = 5000")
-        await partitions.ensure_ahead(upkeep, parent="notifications", today=tomorrow, days_ahead=1)
+        assert await partitions.ensure_ahead(
+            upkeep, parent="notifications", today=tomorrow, days_ahead=1
+        ) == [partitions.partition_name("notifications", after)]
         await accept.execute("SET lock_timeout = 500")
         await accept.execute(send, "while attaching", at)  # LockNotAvailableError if blocked
     assert await accept.fetchval("SELECT count(*) FROM notifications WHERE event_id LIKE 'while%'") == 1
