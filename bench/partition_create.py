@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import statistics
 import time
 
 import asyncpg
 
+from bench.growth_drop import Latency, Sample
 from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
 from schema import partitions
@@ -38,9 +38,7 @@ AWAY_S = 0.3  # an insert this far from every create is "away" from them
 LISTING = "SELECT count(*) FROM notifications WHERE tenant_id = 't' AND created_at BETWEEN $1 AND $2"
 
 
-async def _sender(
-    dsn: str, k: int, user: object, stop: asyncio.Event, out: list[tuple[float, float]]
-) -> None:
+async def _sender(dsn: str, k: int, user: object, stop: asyncio.Event, out: list[Sample]) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         i = 0
@@ -50,7 +48,7 @@ async def _sender(
             async with conn.transaction():
                 await conn.execute(INSERT, f"{k}-{i}", user)
                 await asyncio.sleep(0.005)  # the rest of an accept transaction
-            out.append((started, time.perf_counter() - started))
+            out.append(Sample(started, time.perf_counter() - started, accepted=True))
     finally:
         await conn.close()
 
@@ -80,7 +78,7 @@ async def run(*, senders: int, creates: int, reader_hold_ms: float) -> None:
         today = dt.datetime.now(dt.UTC).date()
         await partitions.ensure_ahead(upkeep, parent="notifications", today=today, days_ahead=0)
         stop = asyncio.Event()
-        samples: list[tuple[float, float]] = []
+        samples: list[Sample] = []
         tasks = [asyncio.create_task(_sender(dsn, k, user, stop, samples)) for k in range(senders)]
         tasks.append(asyncio.create_task(_reader(dsn, reader_hold_ms / 1000, stop)))
         spans = []
@@ -96,13 +94,13 @@ async def run(*, senders: int, creates: int, reader_hold_ms: float) -> None:
     finally:
         await upkeep.close()
         await drop_database(url)
-    during = [lat for at, lat in samples if any(a <= at <= b for a, b in spans)]
-    away = [lat for at, lat in samples if all(not a - AWAY_S <= at <= b + AWAY_S for a, b in spans)]
+    during = Latency.of([s for s in samples if any(a <= s.at_s <= b for a, b in spans)])
+    away = Latency.of([s for s in samples if all(not a - AWAY_S <= s.at_s <= b + AWAY_S for a, b in spans)])
     print(f"creates (ms):                          {', '.join(f'{(b - a) * 1000:.1f}' for a, b in spans)}")
-    print(f"slowest insert started during a create: {max(during, default=0.0) * 1000:.1f} ms ({len(during)})")
+    print(f"slowest insert started during a create: {during.max_s * 1000:.1f} ms ({during.count})")
     print(
-        f"inserts away from any create:           p99 {statistics.quantiles(away, n=100)[98] * 1000:.1f} ms,"
-        f" slowest {max(away) * 1000:.1f} ms ({len(away)})"
+        f"inserts away from any create:           p99 {away.p99_s * 1000:.1f} ms,"
+        f" slowest {away.max_s * 1000:.1f} ms ({away.count})"
     )
 
 
