@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from api.accept_checks import render_error
 from api.accept_queue import accept_isolated
 from api.accepted_counts import AcceptedCounts
-from api.errors import ApiError, is_unstorable_value, validation_error
+from api.errors import ApiError, error_body, is_unstorable_value, validation_error
 from api.models import BatchItemOut, NotificationIn
 from api.submission import AcceptResult, Submission
 from clarion.tenants import Principal
@@ -85,6 +85,4 @@ async def accept_batch(
 
 
 def _refused(index: int, error: ApiError) -> BatchItemOut:
-    return BatchItemOut(
-        index=index, error={"code": error.code, "message": error.message, "details": error.details}
-    )
+    return BatchItemOut(index=index, error=error_body(error.code, error.message, error.details)["error"])

@@ -3,11 +3,11 @@ rows ``GET /v1/notifications/{id}`` shows."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clarion.engagement_tokens import MAX_TOKEN_CHARS
 from core.engagement import MAX_LINK_BYTES
@@ -42,6 +42,14 @@ class EngagementIn(BaseModel):
         description="when it happened (default: now); kept between the send's creation and now. "
         "The same type, link and occurred_at again is the same event: counted once",
     )
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _a_utc_time(cls, value: datetime | None) -> datetime | None:
+        try:  # 0001-01-01T00:00:00+05:00 is a valid text, but before the first UTC time there is
+            return None if value is None else value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("'occurred_at' lies outside the years 1 to 9999 in UTC") from None
 
     @model_validator(mode="after")
     def _link_only_with_clicked(self) -> EngagementIn:

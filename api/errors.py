@@ -35,7 +35,35 @@ class ApiError(Exception):
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
+    return {"error": {"code": code, "message": encodable(message), "details": encodable(details)}}
+
+
+def shown(value: str, limit: int = 100) -> str:
+    """``value`` quoted for a validation message: at most ``limit`` characters, and encodable. A
+    message holding a lone surrogate cannot even leave pydantic (its Rust core refuses the text
+    with ``UnicodeEncodeError``), so quoting the caller's value made the refusal a 500."""
+    cut = value if len(value) <= limit else f"{value[:limit]}..."
+    return f"'{encodable(cut)}'"
+
+
+def encodable(value: Any) -> Any:
+    """``value`` with every lone surrogate in its text (``"\\ud800"`` in the JSON a caller sent, which
+    a message may quote back) replaced by U+FFFD: a response holding one cannot be encoded as UTF-8,
+    and the refusal itself would become a 500. Only error bodies need it, so only they pay for it."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            value.encode()
+            return value
+        except UnicodeEncodeError:
+            # Through UTF-16, where a lone surrogate is two bytes its decoder can replace.
+            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    return value
 
 
 def error_response(

@@ -14,6 +14,7 @@ from email_validator import EmailNotValidError, validate_email
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from api.engagement_models import EngagementOut
+from api.errors import encodable, shown
 from schema.enums import Channel, Platform, Priority
 
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
@@ -29,13 +30,13 @@ def check_phone(value: str | None) -> str | None:
 @lru_cache(maxsize=65_536)
 def _valid_phone(value: str) -> str:
     if not E164.match(value):
-        raise ValueError(f"'{value}' is not an E.164 phone number (like +14155550100)")
+        raise ValueError(f"{shown(value)} is not an E.164 phone number (like +14155550100)")
     try:
         parsed = phonenumbers.parse(value, None)
     except phonenumbers.NumberParseException as exc:
-        raise ValueError(f"'{value}' is not a phone number: {exc}") from None
+        raise ValueError(f"{shown(value)} is not a phone number: {exc}") from None
     if not phonenumbers.is_possible_number(parsed):
-        raise ValueError(f"'{value}' is not a possible phone number")
+        raise ValueError(f"{shown(value)} is not a possible phone number")
     return value
 
 
@@ -48,7 +49,7 @@ def _normalized_email(value: str) -> str:
     try:
         return validate_email(value, check_deliverability=False).normalized
     except EmailNotValidError as exc:
-        raise ValueError(f"'{value}' is not a valid email address: {exc}") from None
+        raise ValueError(f"{shown(value)} is not a valid email address: {encodable(str(exc))}") from None
 
 
 # APNS device tokens are hex (32 bytes today; Apple warns the length may grow). FCM registration
@@ -63,7 +64,7 @@ def check_timezone(value: str | None) -> str | None:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"'{value}' is not an IANA timezone name (like Europe/Lisbon)") from None
+        raise ValueError(f"{shown(value)} is not an IANA timezone name (like Europe/Lisbon)") from None
     return value
 
 

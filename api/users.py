@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api.errors import ApiError
+from api.errors import ApiError, shown
 from api.models import check_device_token, check_email, check_phone, check_timezone
 from schema.enums import Platform
 from schema.ids import uuid7
@@ -36,7 +36,7 @@ class QuietHours(BaseModel):
     @classmethod
     def _hhmm(cls, value: str) -> str:
         if not HHMM.match(value):
-            raise ValueError(f"'{value}' is not a 24-hour HH:MM time")
+            raise ValueError(f"{shown(value)} is not a 24-hour HH:MM time")
         return value
 
     @model_validator(mode="after")

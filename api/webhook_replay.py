@@ -109,10 +109,10 @@ async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, requ
             try:
                 # The id is a UUIDv7: its time names the one to three daily partitions to search.
                 at = uuid7_time(request.event_id)
-            except ValueError:
+                window = {"lo": at - timedelta(days=1), "hi": at + timedelta(days=1)}
+            except (ValueError, OverflowError):  # a time no event has: past 9999 or at its edge
                 raise ApiError(404, "not_found", f"No webhook event {request.event_id}.") from None
             params = {"e": endpoint_id, "t": tenant_id, "id": request.event_id}
-            window = {"lo": at - timedelta(days=1), "hi": at + timedelta(days=1)}
             if not (await conn.execute(_REPLAY_ONE, params | window)).rowcount:
                 raise ApiError(404, "not_found", f"No webhook event {request.event_id}.")
             return ReplayOut(replayed=1, next_since=None)

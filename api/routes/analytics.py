@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from api.analytics import DIMENSIONS, AnalyticsPage, parse_group_by, read_analytics
 from api.auth import require
+from api.errors import ApiError
 from api.json_types import IsoAwareDatetime
 from api.openapi_doc import NO_NUL
 from clarion.tenants import Principal
@@ -41,12 +42,17 @@ async def analytics(
 ) -> AnalyticsPage:
     """Accepted, sent, failed, suppressed, delivered, bounced, opened, clicked, unsubscribed and
     complained counts with their rates, per hour or day, from rollups kept as events arrive."""
-    now = datetime.now(UTC)
-    until = until or now
+    until = until or datetime.now(UTC)
+    try:
+        since = since or until - timedelta(days=7)
+    except OverflowError:  # an `until` in the first week of year 1
+        raise ApiError(
+            422, "invalid_range", "'until' is too early for the default week: give 'since'."
+        ) from None
     return await read_analytics(
         pool=request.app.state.pool,
         tenant_id=principal.tenant_id,
-        since=since or until - timedelta(days=7),
+        since=since,
         until=until,
         interval=interval,
         group_by=parse_group_by(group_by),

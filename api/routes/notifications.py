@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,6 +81,30 @@ def parse_body(raw: bytes, model: type[M]) -> M:
         raise validation_error(errors) from None
 
 
+def parse_batch(raw: bytes) -> BatchIn:
+    """The batch's body as :func:`parse_body` reads it, except that a lone surrogate refuses only
+    the items holding it (one bad item never sinks the rest, ``api/batch.py``). The JSON parser
+    pydantic uses refuses the whole document for one; Python's ``json`` reads it into text, and each
+    item's own validation (``check_text_tree``) then refuses the items that hold it."""
+    try:
+        return parse_body(raw, BatchIn)
+    except ApiError as exc:
+        if exc.code != "invalid_text":
+            raise
+    try:
+        document = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's limit
+        raise ApiError(400, "malformed_json", "The request body is not valid JSON.") from None
+    try:
+        return BatchIn.model_validate(document)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False)) from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # Python's json reads NaN and Infinity; JSON has neither
+
+
 @router.post(
     "",
     status_code=202,
@@ -154,7 +179,7 @@ async def send_batch(request: Request) -> BatchOut:
 async def _send_batch(request: Request, span: tracing.SpanRef | None) -> BatchOut:
     principal = await authorize(request, "send")  # before the (up to several MB) body is read
     require_json(request)
-    body = parse_body(await request.body(), BatchIn)
+    body = parse_batch(await request.body())
     await enforce_ingress(request=request, principal=principal, cost=len(body.notifications))
     state = request.app.state
     results = await accept_batch(
