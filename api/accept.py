@@ -28,6 +28,7 @@ from api.accept_checks import Recipient, check_content, check_push_devices, find
 from api.idempotency import existing_keys, key_locks, not_repeats, repeat_of
 from api.models import UserIn
 from api.submission import AcceptDecision, AcceptResult, Submission
+from core.devices import RETIRE_EXTRA
 from core.render import Renderer
 from core.templates import TemplateSource
 from schema.enums import Status
@@ -57,7 +58,9 @@ INSERT_DEVICES = """
 INSERT INTO devices (id, user_id, platform, token)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[])
 ON CONFLICT DO NOTHING
+RETURNING user_id
 """
+RETIRE_EXTRA_DEVICES = RETIRE_EXTRA.format(users="$1::uuid[]")  # core/devices.py
 # The key first (api/idempotency.py): a row of today's keys already there (a concurrent first use,
 # which the lock made wait) conflicts on the key's primary key; one of yesterday's (a first use just
 # before midnight) is found by the re-check, whose snapshot is taken after EXISTING took the locks
@@ -194,10 +197,12 @@ async def _insert_devices(
             unique.update((user_id, d.platform.value, d.token) for d in user.devices)
     devices = sorted(unique)
     if devices:
-        await conn.execute(
+        added = await conn.fetch(
             INSERT_DEVICES, [uuid7() for _ in devices], [d[0] for d in devices], [d[1] for d in devices],
             [d[2] for d in devices],
         )  # fmt: skip
+        if added:  # a device new to its user: keep the user within MAX_ACTIVE_DEVICES
+            await conn.execute(RETIRE_EXTRA_DEVICES, sorted({r["user_id"] for r in added}))
 
 
 async def _insert_notifications(

@@ -42,15 +42,29 @@ class CategoryOut(CategoryIn):
 
 
 async def put_category(
-    *, engine: AsyncEngine, tenant_id: str, name: str, category: CategoryIn
+    *, engine: AsyncEngine, tenant_id: str, name: str, category: CategoryIn, max_categories: int = 1_000
 ) -> tuple[CategoryOut, bool]:
-    """Declare or change a category; returns it and whether it was created."""
+    """Declare or change a category; returns it and whether it was created. ``409
+    limit_reached`` for a new one when the tenant already declares ``max_categories``."""
     values = category.model_dump()
     base = insert(_categories).values(tenant_id=tenant_id, name=name, **values)
     stmt = base.on_conflict_do_update(index_elements=["tenant_id", "name"], set_=values).returning(
         sa.literal_column("xmax = 0", sa.Boolean).label("inserted")
     )
+    mine = _categories.c.tenant_id == tenant_id
     async with engine.begin() as conn:
+        # One declaration per tenant at a time past this point: two cannot both pass the cap.
+        await conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtext('categories:' || :t))"), {"t": tenant_id}
+        )
+        known = await conn.scalar(sa.select(sa.literal(1)).where(mine, _categories.c.name == name))
+        if known is None:
+            held = (await conn.execute(sa.select(sa.func.count()).where(mine))).scalar_one()
+            if held >= max_categories:
+                raise ApiError(
+                    409, "limit_reached", f"A tenant may declare {max_categories} categories.",
+                    {"limit": max_categories},
+                )  # fmt: skip
         created = bool((await conn.execute(stmt)).scalar_one())
     return CategoryOut(name=name, **values), created
 

@@ -56,10 +56,21 @@ def _out(row: sa.Row) -> KeyOut:  # type: ignore[type-arg]
 _COLUMNS = (_keys.c.id, _keys.c.name, _keys.c.scopes, _keys.c.created_at, _keys.c.revoked_at)
 
 
-async def create_key(*, engine: AsyncEngine, tenant_id: str, name: str, scopes: list[Scope]) -> CreatedKey:
-    """A new key for ``tenant_id`` with ``scopes``; the full key is in the result and nowhere else."""
+async def create_key(
+    *, engine: AsyncEngine, tenant_id: str, name: str, scopes: list[Scope], max_keys: int = 100
+) -> CreatedKey:
+    """A new key for ``tenant_id`` with ``scopes``; the full key is in the result and nowhere else.
+    ``409 limit_reached`` when the tenant already holds ``max_keys`` unrevoked keys."""
     unique = sorted({s.value for s in scopes})
     async with engine.begin() as conn:
+        # One creation per tenant at a time past this point: two cannot both pass the cap.
+        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('keys:' || :t))"), {"t": tenant_id})
+        live = sa.select(sa.func.count()).where(_keys.c.tenant_id == tenant_id, _keys.c.revoked_at.is_(None))
+        if (await conn.execute(live)).scalar_one() >= max_keys:
+            raise ApiError(
+                409, "limit_reached", f"A tenant may hold {max_keys} unrevoked keys; revoke one first.",
+                {"limit": max_keys},
+            )  # fmt: skip
         key = await create_api_key(conn, tenant_id=tenant_id, scopes=tuple(unique), name=name)
         parts = split_key(key)
         assert parts is not None

@@ -17,13 +17,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError, shown
 from api.models import check_device_token, check_email, check_phone, check_timezone
+from core.devices import MAX_ACTIVE_DEVICES, RETIRE_EXTRA
 from schema.enums import Platform
 from schema.ids import uuid7
 from schema.models import Device, User
 
 _users = User.__table__  # type: ignore[attr-defined]
 _devices = Device.__table__  # type: ignore[attr-defined]
+_RETIRE_EXTRA = sa.text(RETIRE_EXTRA.format(users="CAST(:users AS uuid[])"))  # core/devices.py
 
+DEVICES_SHOWN = 2 * MAX_ACTIVE_DEVICES  # by GET /v1/users/{external_id}
 HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 
 
@@ -112,11 +115,16 @@ async def _user_out(conn: AsyncConnection, *, tenant_id: str, external_id: str) 
     ).first()
     if row is None:
         raise ApiError(404, "unknown_user", f"No user '{external_id}'.")
-    devices = (
-        await conn.execute(
-            sa.select(_devices).where(_devices.c.user_id == row.id).order_by(_devices.c.created_at)
-        )
-    ).all()
+    # The newest, oldest of them first: retired devices stay in the table, and one user may have had
+    # any number (core/devices.py).
+    newest = (
+        sa.select(_devices)
+        .where(_devices.c.user_id == row.id)
+        .order_by(_devices.c.created_at.desc(), _devices.c.id.desc())
+        .limit(DEVICES_SHOWN)
+        .subquery()
+    )
+    devices = (await conn.execute(sa.select(newest).order_by(newest.c.created_at, newest.c.id))).all()
     quiet = (
         QuietHours(start=row.quiet_hours_start, end=row.quiet_hours_end)
         if row.quiet_hours_start and row.quiet_hours_end
@@ -178,6 +186,8 @@ async def register_device(
             set_={"active": True, "last_error": None, "deactivated_at": None},
         ).returning(_devices, sa.literal_column("xmax = 0", sa.Boolean).label("inserted"))
         row = (await conn.execute(stmt)).one()
+        if row.inserted:  # a device new to the user: keep the user within MAX_ACTIVE_DEVICES
+            await conn.execute(_RETIRE_EXTRA, {"users": [user_id]})
     return DeviceOut.model_validate(row, from_attributes=True), bool(row.inserted)
 
 

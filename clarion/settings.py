@@ -178,6 +178,15 @@ class Settings(BaseSettings):
         le=1_000_000,
         description="Template versions one tenant may hold, all names, channels and locales together.",
     )
+    max_categories_per_tenant: int = Field(
+        default=1_000,
+        ge=1,
+        le=100_000,
+        description="Notification categories one tenant may declare (a preference page and its API list every one).",
+    )
+    max_api_keys_per_tenant: int = Field(
+        default=100, ge=1, le=10_000, description="API keys one tenant may hold unrevoked."
+    )
     render_box_at_start: bool = Field(
         default=True,
         description="Start the API's render box (the child process that renders for tenants past their render CPU share) with the API rather than on first use, so its start-up does not land in the middle of a template attack.",

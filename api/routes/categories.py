@@ -29,8 +29,9 @@ async def put(
     principal: Annotated[Principal, Depends(require("admin"))],
 ) -> JSONResponse:
     category, created = await put_category(
-        engine=request.app.state.engine, tenant_id=principal.tenant_id, name=name, category=body
-    )
+        engine=request.app.state.engine, tenant_id=principal.tenant_id, name=name, category=body,
+        max_categories=request.app.state.settings.max_categories_per_tenant,
+    )  # fmt: skip
     return JSONResponse(category.model_dump(mode="json"), status_code=201 if created else 200)
 
 

@@ -20,8 +20,9 @@ KeyId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9]+
 async def create(body: KeyIn, request: Request, principal: Admin) -> CreatedKey:
     """Create a key for your tenant. The full key is in this response only: store it now."""
     return await create_key(
-        engine=request.app.state.engine, tenant_id=principal.tenant_id, name=body.name, scopes=body.scopes
-    )
+        engine=request.app.state.engine, tenant_id=principal.tenant_id, name=body.name, scopes=body.scopes,
+        max_keys=request.app.state.settings.max_api_keys_per_tenant,
+    )  # fmt: skip
 
 
 @router.get("", response_model=list[KeyOut])

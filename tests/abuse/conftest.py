@@ -21,7 +21,12 @@ async def running_api(settings: Settings, engine: AsyncEngine) -> AsyncIterator[
     own = settings.model_copy(update={"api_port": free_port()})
     # Caps stay out of the fuzzers' way: a rule create turning from 201 into 409 halfway through a
     # run changes what the stateful fuzzer can draw next (hypothesis calls that flaky generation).
-    caps = {"CLARION_MAX_RULES_PER_TENANT": "100000", "CLARION_MAX_TEMPLATES_PER_TENANT": "1000000"}
+    caps = {
+        "CLARION_MAX_RULES_PER_TENANT": "100000",
+        "CLARION_MAX_TEMPLATES_PER_TENANT": "1000000",
+        "CLARION_MAX_CATEGORIES_PER_TENANT": "100000",
+        "CLARION_MAX_API_KEYS_PER_TENANT": "10000",
+    }
     proc = ClarionProcess(own, "api", extra_env=caps)
     proc.start()
     url = f"http://127.0.0.1:{own.api_port}"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.rules import RuleSpec
 from clarion.settings import Settings
+from core.devices import MAX_ACTIVE_DEVICES
 from harness.services import ApiServer, api_client
 from tests.conftest import make_tenant
 from tests.fixtures.answers import refused
@@ -20,7 +22,14 @@ CAP = 3
 @pytest.fixture
 async def capped_api(settings: Settings) -> AsyncIterator[ApiServer]:
     server = ApiServer(
-        settings.model_copy(update={"max_rules_per_tenant": CAP, "max_templates_per_tenant": CAP})
+        settings.model_copy(
+            update={
+                "max_rules_per_tenant": CAP,
+                "max_templates_per_tenant": CAP,
+                "max_categories_per_tenant": CAP,
+                "max_api_keys_per_tenant": CAP,
+            }
+        )
     )
     await server.start()
     yield server
@@ -66,3 +75,60 @@ def test_a_tenant_rule_is_labelled_by_its_scope_and_a_global_one_by_its_name() -
     assert tenant_rule.metric_label == "tenant:provider"
     assert global_rule.metric_label == "sendgrid-pace"
     assert tenant_rule.to_rule().rule_id == "tenant:provider"  # the fail-open counter's label too
+
+
+async def test_categories_past_the_cap_are_a_409_but_a_declared_one_still_changes(
+    capped_api: ApiServer, engine: AsyncEngine
+) -> None:
+    mallory = await make_tenant(engine)
+    async with api_client(capped_api.url, mallory.key) as m:
+        held = len((await m.get("/v1/categories")).json())
+        for n in range(CAP - held):
+            assert (await m.put(f"/v1/categories/c{n}", json={})).status_code == 201
+        assert refused(await m.put("/v1/categories/one-more", json={}), 409)["code"] == "limit_reached"
+        names = [c["name"] for c in (await m.get("/v1/categories")).json()]
+        assert len(names) == CAP
+        again = await m.put(f"/v1/categories/{names[0]}", json={"email_quiet_hours": True})
+        assert again.status_code == 200 and again.json()["email_quiet_hours"] is True
+
+
+async def test_unrevoked_keys_past_the_cap_are_a_409_until_one_is_revoked(
+    capped_api: ApiServer, engine: AsyncEngine
+) -> None:
+    mallory = await make_tenant(engine)  # holds one key: the one this test uses
+    async with api_client(capped_api.url, mallory.key) as m:
+        made = [await m.post("/v1/keys", json={"name": f"k{n}", "scopes": ["send"]}) for n in range(CAP - 1)]
+        assert [r.status_code for r in made] == [201] * (CAP - 1)
+        assert refused(await m.post("/v1/keys", json={"name": "x", "scopes": ["send"]}), 409)["code"] == (
+            "limit_reached"
+        )
+        assert (await m.post(f"/v1/keys/{made[0].json()['id']}/revoke")).status_code == 200
+        assert (await m.post("/v1/keys", json={"name": "y", "scopes": ["send"]})).status_code == 201
+
+
+async def test_a_user_keeps_the_newest_active_devices_and_a_bounded_list(client: httpx.AsyncClient) -> None:
+    tokens = [f"{n:04d}" + "b" * 60 for n in range(MAX_ACTIVE_DEVICES + 3)]
+    assert (await client.put("/v1/users/u-phones", json={})).status_code == 201
+    for token in tokens:
+        response = await client.post("/v1/users/u-phones/devices", json={"platform": "apns", "token": token})
+        assert response.status_code == 201, response.text
+    devices = (await client.get("/v1/users/u-phones")).json()["devices"]
+    assert [d["token"] for d in devices] == tokens  # oldest first, all of them: under the list's bound
+    active = [d["token"] for d in devices if d["active"]]
+    assert active == tokens[3:]
+    assert all("retired" in d["last_error"] for d in devices[:3])
+
+
+async def test_devices_carried_inline_by_sends_keep_the_same_bound(client: httpx.AsyncClient) -> None:
+    tokens = [f"{n:064x}" for n in range(1, 2 * 30 + 1)]
+    for batch in (tokens[:30], tokens[30:]):
+        send = {
+            "event_id": f"evt-{batch[0][-6:]}", "channel": "push", "content": {"title": "t", "body": "b"},
+            "user": {"id": "u-inline", "devices": [{"platform": "apns", "token": t} for t in batch]},
+        }  # fmt: skip
+        assert (await client.post("/v1/notifications", json=send)).status_code == 202
+    devices = (await client.get("/v1/users/u-inline")).json()["devices"]
+    assert sum(d["active"] for d in devices) == MAX_ACTIVE_DEVICES
+    # The second send's 30 are the newest, all kept; 20 of the first send's 30 are (one statement
+    # wrote those 30 at one time, so which 20 is not defined).
+    assert {d["token"] for d in devices if d["active"]} >= set(tokens[30:])

@@ -1,0 +1,31 @@
+"""How far one push fans out: to a user's newest active devices, at most ``MAX_ACTIVE_DEVICES``.
+
+Devices come from two places, registration (``POST /v1/users/{external_id}/devices``) and the
+``devices`` a send may carry inline, and neither had a bound: a tenant could give one user any
+number of tokens, and every push to that user then made a provider call per token on the worker
+every tenant shares. Now:
+
+- a registration that leaves a user with more than ``MAX_ACTIVE_DEVICES`` active devices retires
+  the oldest (by first registration), with the reason in ``last_error``, as a
+  provider's "unregistered" would (``RETIRE_EXTRA``): app reinstalls leave tokens behind that no
+  provider has reported dead yet, so the newest are the ones that reach the user;
+- the worker reads at most that many per user, newest first (``workers/recipients.py``), so the
+  fan-out stays bounded whatever the table holds (rows from before this rule included).
+"""
+
+from __future__ import annotations
+
+MAX_ACTIVE_DEVICES = 50
+
+# ``{users}``: the uuid[] of the users who just registered a device, in the caller's driver's
+# parameter style. Each user's active devices are read once per registration (at most
+# MAX_ACTIVE_DEVICES + the ones just added, and one send carries at most 50).
+RETIRE_EXTRA = f"""
+UPDATE devices d
+   SET active = false, deactivated_at = now(),
+       last_error = 'retired: the user has more than {MAX_ACTIVE_DEVICES} active devices, the newest kept'
+ WHERE d.user_id = ANY({{users}}) AND d.active
+   AND d.id NOT IN (SELECT k.id FROM devices k
+                     WHERE k.user_id = d.user_id AND k.active
+                     ORDER BY k.created_at DESC, k.id DESC LIMIT {MAX_ACTIVE_DEVICES})
+"""
