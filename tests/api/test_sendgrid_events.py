@@ -12,11 +12,12 @@ from uuid import UUID
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.sendgrid_events import MAX_HISTORY_EVENTS
 from harness.fakes.sendgrid import FakeSendGrid
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
 from tests.fixtures.hooked_api import hooks_fixture, opt_outs, provider_transitions  # noqa: F401 - hooks
-from tests.fixtures.hooks import Hooks, event, sent_notification, view
+from tests.fixtures.hooks import SENDGRID_PATH, Hooks, event, sent_notification, view
 
 
 async def test_events_are_recorded_once_per_sg_event_id(
@@ -150,3 +151,28 @@ async def test_an_event_batch_larger_than_a_send_body_is_accepted(
 
     assert response.status_code == 200, response.text
     assert response.json()["ignored"] == 400
+
+
+async def test_a_signed_batch_nested_past_the_parsers_limit_is_a_400(hooks: Hooks) -> None:
+    payload = b"[" * 100_000 + b"]" * 100_000
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.post(
+            hooks.server.url + SENDGRID_PATH, content=payload, headers=hooks.sendgrid.signed_headers(payload)
+        )
+    assert_error(response, 400, "malformed_json")
+
+
+async def test_one_notification_takes_at_most_its_share_of_provider_events(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """A flood of distinct events for one notification (a runaway or forged batch) stops growing
+    its history at MAX_HISTORY_EVENTS; replays of the recorded ones are still recognised."""
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    flood = [event(nid, "deferred", f"{external_id}@example.com") for _ in range(3 * MAX_HISTORY_EVENTS)]
+    first = (await hooks.events(flood)).json()
+    assert (first["recorded"], first["ignored"]) == (MAX_HISTORY_EVENTS, 2 * MAX_HISTORY_EVENTS)
+    more = (await hooks.events([event(nid, "delivered", f"{external_id}@example.com")])).json()
+    assert (more["recorded"], more["ignored"]) == (0, 1)
+    replay = (await hooks.events(flood[:5])).json()
+    assert replay["duplicate"] == 5
+    assert len(provider_transitions(await view(client, nid))) == MAX_HISTORY_EVENTS
