@@ -19,13 +19,22 @@ MAX_ACTIVE_DEVICES = 50
 
 # ``{users}``: the uuid[] of the users who just registered a device, in the caller's driver's
 # parameter style. Each user's active devices are read once per registration (at most
-# MAX_ACTIVE_DEVICES + the ones just added, and one send carries at most 50).
+# MAX_ACTIVE_DEVICES + the ones just added, and one send carries at most 50). The rows are locked in
+# id order, as the accept takes every other lock in a sorted order: two accepts retiring the same
+# user's devices at once wait for each other instead of deadlocking.
 RETIRE_EXTRA = f"""
+WITH extra AS (
+    SELECT d.id FROM devices d
+     WHERE d.user_id = ANY({{users}}) AND d.active
+       AND d.id NOT IN (SELECT k.id FROM devices k
+                         WHERE k.user_id = d.user_id AND k.active
+                         ORDER BY k.created_at DESC, k.id DESC LIMIT {MAX_ACTIVE_DEVICES})
+     ORDER BY d.id
+       FOR UPDATE
+)
 UPDATE devices d
    SET active = false, deactivated_at = now(),
        last_error = 'retired: the user has more than {MAX_ACTIVE_DEVICES} active devices, the newest kept'
- WHERE d.user_id = ANY({{users}}) AND d.active
-   AND d.id NOT IN (SELECT k.id FROM devices k
-                     WHERE k.user_id = d.user_id AND k.active
-                     ORDER BY k.created_at DESC, k.id DESC LIMIT {MAX_ACTIVE_DEVICES})
+  FROM extra
+ WHERE d.id = extra.id AND d.active
 """
