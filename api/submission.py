@@ -78,7 +78,7 @@ AcceptDecision = AcceptResult | ApiError
 # every request's form, and each repeat of a send accepted before the upgrade would get 409
 # ``event_id_conflict``. Such a field's dotted path goes here: it is left out of the form while it
 # is None, so a request that does not use it keeps the hash it always had.
-# ``tests/api/test_request_hash.py`` pins the fields hashed so far and one hash.
+# ``tests/api/test_request_hash.py`` pins the fields hashed so far and two hashes.
 UNHASHED_WHEN_UNSET: frozenset[str] = frozenset()
 
 
