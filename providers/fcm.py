@@ -157,6 +157,11 @@ class FcmProvider:
         self._auth_request.session.close()
 
 
+# FCM refuses an AndroidConfig.ttl above 4 weeks (400 INVALID_ARGUMENT, docs/providers.md), which is
+# also its default: a send that may wait longer than that is still worth delivering within it.
+MAX_ANDROID_TTL_S = 28 * 24 * 3600
+
+
 def _message(message: RenderedMessage) -> dict[str, Any]:
     high = message.priority in (Priority.high, Priority.critical)
     notification = {"body": message.body}
@@ -165,7 +170,8 @@ def _message(message: RenderedMessage) -> dict[str, Any]:
     android: dict[str, str] = {"priority": "HIGH" if high else "NORMAL"}
     apns_headers = {"apns-priority": "10" if high else "5"}
     if message.expires_at is not None:
-        android["ttl"] = f"{max(0, int(message.expires_at.timestamp() - time.time()))}s"
+        left = int(message.expires_at.timestamp() - time.time())
+        android["ttl"] = f"{min(max(0, left), MAX_ANDROID_TTL_S)}s"
         apns_headers["apns-expiration"] = str(max(0, int(message.expires_at.timestamp())))
     if message.collapse_id:
         android["collapse_key"] = message.collapse_id

@@ -14,7 +14,7 @@ from harness.fakes import make_message
 from harness.fakes.fcm import FakeFcm
 from providers.base import RenderedMessage
 from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
-from providers.fcm import FcmProvider
+from providers.fcm import MAX_ANDROID_TTL_S, FcmProvider
 from schema.enums import Channel, Priority
 from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
 from tests.fixtures.provider_settings import fcm_settings
@@ -198,3 +198,14 @@ async def test_sends_reuse_one_pooled_connection(fake: FakeFcm, provider: FcmPro
         await provider.send(push())
 
     assert len({r.peer for r in fake.sent("messages:send")}) == 1
+
+
+async def test_an_expiry_past_four_weeks_sends_fcms_longest_ttl(fake: FakeFcm, provider: FcmProvider) -> None:
+    """FCM refuses an Android ttl over 2,419,200 s; the strict fake does too (a 29-day expires_at
+    failed every such push with INVALID_ARGUMENT until 2026-11-28)."""
+    for days in (29, 3650):
+        result = await provider.send(push(expires_at=datetime.now(UTC) + timedelta(days=days)))
+        assert result.http_status == 200
+    assert [r.body["message"]["android"]["ttl"] for r in fake.sent("messages:send")] == [
+        f"{MAX_ANDROID_TTL_S}s"
+    ] * 2
