@@ -184,13 +184,20 @@ def _message(message: RenderedMessage) -> dict[str, Any]:
         "apns": {"headers": apns_headers},
     }
     if message.data:
-        body["data"] = {str(k): str(v) for k, v in message.data.items()}
+        body["data"] = {str(k): _data_value(v) for k, v in message.data.items()}
         for key in body["data"]:
             if reserved_data_key(key):
                 raise PermanentProviderError(
                     f"FCM refuses the data key {key!r} (reserved)", provider="fcm", code="reserved_data_key"
                 )
     return body
+
+
+def _data_value(value: Any) -> str:
+    """FCM carries only strings in ``data``: text as it is, anything else as JSON, which is what the
+    same push's APNs payload holds natively (``str`` gave Python's ``True``, ``None`` and
+    ``{'a': 1}``, which no app's JSON parser reads)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def reserved_data_key(key: str) -> bool:

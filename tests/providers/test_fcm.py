@@ -209,3 +209,12 @@ async def test_an_expiry_past_four_weeks_sends_fcms_longest_ttl(fake: FakeFcm, p
     assert [r.body["message"]["android"]["ttl"] for r in fake.sent("messages:send")] == [
         f"{MAX_ANDROID_TTL_S}s"
     ] * 2
+
+
+async def test_data_values_that_are_not_text_go_as_json(fake: FakeFcm, provider: FcmProvider) -> None:
+    data = {"text": "x", "n": 3, "f": 1.5, "yes": True, "none": None, "nested": {"b": [1, None, True]}}
+    await provider.send(push(data=data))
+    [request] = fake.sent("messages:send")
+    assert request.body["message"]["data"] == {
+        "text": "x", "n": "3", "f": "1.5", "yes": "true", "none": "null", "nested": '{"b":[1,null,true]}'
+    }  # fmt: skip
