@@ -141,7 +141,9 @@ class UserIn(Strict):
 
 
 class ContentIn(Strict):
-    subject: str | None = Field(default=None, max_length=998, description="email subject")
+    subject: str | None = Field(
+        default=None, max_length=998, description="email subject (required for email)"
+    )
     title: str | None = Field(default=None, max_length=998, description="push title")
     body: str = Field(min_length=1, max_length=32_000)
     html: str | None = Field(default=None, max_length=60_000)
@@ -186,6 +188,14 @@ class NotificationIn(Strict):
             raise ValueError("give exactly one of 'template' or inline 'content'")
         if self.template_version is not None and self.template is None:
             raise ValueError("'template_version' needs 'template'")
+        if (
+            self.channel is Channel.email
+            and self.content is not None
+            and not (self.content.subject or "").strip()
+        ):
+            # As an email template must have one (api/templates_service.py): SendGrid and SMTP
+            # refuse an email without a subject, which would fail only after the 202.
+            raise ValueError("an email needs 'content.subject'")
         return self
 
     @property

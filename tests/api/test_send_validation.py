@@ -36,6 +36,8 @@ async def test_valid_send_is_accepted_with_202(client: httpx.AsyncClient) -> Non
         ({"priority": "urgent"}, 422, "validation_error", "priority"),
         ({"template": None}, 422, "validation_error", "body"),
         ({"user": None}, 422, "validation_error", "body"),
+        ({"template": None, "content": {"body": "b"}}, 422, "validation_error", "body"),  # no subject
+        ({"template": None, "content": {"subject": " ", "body": "b"}}, 422, "validation_error", "body"),
     ],
 )
 async def test_invalid_fields_are_refused_naming_the_field(
