@@ -1,5 +1,7 @@
-"""A tenant's rules and templates are capped (every process loads every tenant's rules), and the
-rate-limit metrics are labelled by scope, so one tenant cannot slow or flood everyone else."""
+"""A tenant's rules, templates, categories, API keys and each user's active devices are capped
+(every process loads every tenant's rules; a push fans out to a user's devices on the shared
+worker), and the rate-limit metrics are labelled by scope, so one tenant cannot slow or flood
+everyone else."""
 
 from __future__ import annotations
 
