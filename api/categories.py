@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api.caps import hold_under_cap
 from api.errors import ApiError
 from schema.models import Category
 
@@ -53,18 +54,12 @@ async def put_category(
     )
     mine = _categories.c.tenant_id == tenant_id
     async with engine.begin() as conn:
-        # One declaration per tenant at a time past this point: two cannot both pass the cap.
-        await conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtext('categories:' || :t))"), {"t": tenant_id}
-        )
-        known = await conn.scalar(sa.select(sa.literal(1)).where(mine, _categories.c.name == name))
-        if known is None:
-            held = (await conn.execute(sa.select(sa.func.count()).where(mine))).scalar_one()
-            if held >= max_categories:
-                raise ApiError(
-                    409, "limit_reached", f"A tenant may declare {max_categories} categories.",
-                    {"limit": max_categories},
-                )  # fmt: skip
+        if await conn.scalar(sa.select(sa.literal(1)).where(mine, _categories.c.name == name)) is None:
+            await hold_under_cap(
+                conn, tenant_id=tenant_id, kind="categories", limit=max_categories,
+                held=sa.select(sa.func.count()).where(mine),
+                message=f"A tenant may declare {max_categories} categories.",
+            )  # fmt: skip
         created = bool((await conn.execute(stmt)).scalar_one())
     return CategoryOut(name=name, **values), created
 

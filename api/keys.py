@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.caps import hold_under_cap
 from api.errors import ApiError
 from clarion.tenants import create_api_key, split_key
 from schema.enums import Scope
@@ -63,14 +64,11 @@ async def create_key(
     ``409 limit_reached`` when the tenant already holds ``max_keys`` unrevoked keys."""
     unique = sorted({s.value for s in scopes})
     async with engine.begin() as conn:
-        # One creation per tenant at a time past this point: two cannot both pass the cap.
-        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('keys:' || :t))"), {"t": tenant_id})
-        live = sa.select(sa.func.count()).where(_keys.c.tenant_id == tenant_id, _keys.c.revoked_at.is_(None))
-        if (await conn.execute(live)).scalar_one() >= max_keys:
-            raise ApiError(
-                409, "limit_reached", f"A tenant may hold {max_keys} unrevoked keys; revoke one first.",
-                {"limit": max_keys},
-            )  # fmt: skip
+        await hold_under_cap(
+            conn, tenant_id=tenant_id, kind="keys", limit=max_keys,
+            held=sa.select(sa.func.count()).where(_keys.c.tenant_id == tenant_id, _keys.c.revoked_at.is_(None)),
+            message=f"A tenant may hold {max_keys} unrevoked keys; revoke one first.",
+        )  # fmt: skip
         key = await create_api_key(conn, tenant_id=tenant_id, scopes=tuple(unique), name=name)
         parts = split_key(key)
         assert parts is not None

@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api.caps import hold_under_cap
 from api.errors import ApiError
 from api.json_types import JsonInt
 from core.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
@@ -210,20 +211,11 @@ async def create_rule(
     elastic_without_pacing`` for an elastic rule with no provider pacing to borrow from; ``409
     limit_reached`` when the tenant already holds ``max_rules``."""
     async with engine.begin() as conn:
-        # One transaction per tenant at a time past this point: two creates cannot both pass the cap.
-        await conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtext('rules:' || :t))"), {"t": tenant_id}
-        )
-        held = (
-            await conn.execute(
-                sa.select(sa.func.count()).select_from(_rules).where(_rules.c.tenant_id == tenant_id)
-            )
-        ).scalar_one()
-        if held >= max_rules:
-            raise ApiError(
-                409, "limit_reached", f"A tenant may hold {max_rules} rate-limit rules; delete one first.",
-                {"limit": max_rules},
-            )  # fmt: skip
+        await hold_under_cap(
+            conn, tenant_id=tenant_id, kind="rules", limit=max_rules,
+            held=sa.select(sa.func.count()).select_from(_rules).where(_rules.c.tenant_id == tenant_id),
+            message=f"A tenant may hold {max_rules} rate-limit rules; delete one first.",
+        )  # fmt: skip
         await _require_pacing(conn, tenant_id=tenant_id, rule=rule)
         row = (
             await conn.execute(_rules.insert().values(tenant_id=tenant_id, **_values(rule)).returning(_rules))

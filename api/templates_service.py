@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api.caps import hold_under_cap
 from api.errors import ApiError
 from api.models import NAME
 from api.template_preview import LOCALE, render_checked
@@ -147,19 +148,11 @@ async def create_template(
     locale = template.locale or default_locale
     channel = template.channel.value
     async with engine.begin() as conn:
-        await _lock(conn, tenant_id, "", "", "")  # the tenant's count: two creates cannot both pass it
-        held = (
-            await conn.execute(
-                sa.select(sa.func.count()).select_from(_templates).where(_templates.c.tenant_id == tenant_id)
-            )
-        ).scalar_one()
-        if held >= max_templates:
-            raise ApiError(
-                409,
-                "limit_reached",
-                f"A tenant may hold {max_templates} template versions.",
-                {"limit": max_templates},
-            )
+        await hold_under_cap(
+            conn, tenant_id=tenant_id, kind="templates", limit=max_templates,
+            held=sa.select(sa.func.count()).select_from(_templates).where(_templates.c.tenant_id == tenant_id),
+            message=f"A tenant may hold {max_templates} template versions.",
+        )  # fmt: skip
         await _lock(conn, tenant_id, template.name, channel, locale)
         same = _same(tenant_id, template.name, channel, locale)
         latest = (await conn.execute(sa.select(sa.func.max(_templates.c.version)).where(*same))).scalar()

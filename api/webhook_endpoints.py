@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api.caps import hold_under_cap
 from api.errors import ApiError
 from core import ssrf
 from core.webhook_events import EVENT_TYPES, PARK_PENDING, UNPARK_PENDING
@@ -101,20 +102,11 @@ async def create_endpoint(
     url = await checked_url(endpoint.url, allow=allow)
     secret = new_secret()
     async with engine.begin() as conn:
-        # One create per tenant at a time past this point: two cannot both pass the cap.
-        await conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtext('webhooks:' || :t))"), {"t": tenant_id}
-        )
-        held = (
-            await conn.execute(
-                sa.select(sa.func.count()).select_from(_endpoints).where(_endpoints.c.tenant_id == tenant_id)
-            )
-        ).scalar_one()
-        if held >= max_endpoints:
-            raise ApiError(
-                409, "limit_reached", f"A tenant may register {max_endpoints} webhook endpoints; delete one first.",
-                {"limit": max_endpoints},
-            )  # fmt: skip
+        await hold_under_cap(
+            conn, tenant_id=tenant_id, kind="webhooks", limit=max_endpoints,
+            held=sa.select(sa.func.count()).select_from(_endpoints).where(_endpoints.c.tenant_id == tenant_id),
+            message=f"A tenant may register {max_endpoints} webhook endpoints; delete one first.",
+        )  # fmt: skip
         row = (
             await conn.execute(
                 _endpoints.insert()
