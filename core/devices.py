@@ -9,13 +9,31 @@ every tenant shares. Now:
   the oldest (by first registration), with the reason in ``last_error``, as a
   provider's "unregistered" would (``RETIRE_EXTRA``): app reinstalls leave tokens behind that no
   provider has reported dead yet, so the newest are the ones that reach the user;
-- the worker reads at most that many per user, newest first (``workers/recipients.py``), so the
+- the worker reads at most that many per user, newest first (``REACHED``, in ``workers/recipients.py``), so the
   fan-out stays bounded whatever the table holds (rows from before this rule included).
 """
 
 from __future__ import annotations
 
 MAX_ACTIVE_DEVICES = 50
+
+
+def _kept(user: str, columns: str) -> str:
+    """The devices a push to ``user`` (an SQL expression) reaches: its newest active ones, at most
+    ``MAX_ACTIVE_DEVICES``, as ``columns`` of ``devices k``."""
+    return (
+        f"SELECT {columns} FROM devices k WHERE k.user_id = {user} AND k.active"
+        f" ORDER BY k.created_at DESC, k.id DESC LIMIT {MAX_ACTIVE_DEVICES}"
+    )
+
+
+# The devices each of the users $1 (uuid[]) reaches, oldest of them first (workers/recipients.py).
+REACHED = f"""
+SELECT u.user_id, d.platform, d.token
+  FROM unnest($1::uuid[]) AS u(user_id)
+ CROSS JOIN LATERAL ({_kept("u.user_id", "k.id, k.created_at, k.platform, k.token")}) d
+ ORDER BY u.user_id, d.created_at, d.id
+"""
 
 # ``{users}``: the uuid[] of the users who just registered a device, in the caller's driver's
 # parameter style. Each user's active devices are read once per registration (at most
@@ -26,9 +44,7 @@ RETIRE_EXTRA = f"""
 WITH extra AS (
     SELECT d.id FROM devices d
      WHERE d.user_id = ANY({{users}}) AND d.active
-       AND d.id NOT IN (SELECT k.id FROM devices k
-                         WHERE k.user_id = d.user_id AND k.active
-                         ORDER BY k.created_at DESC, k.id DESC LIMIT {MAX_ACTIVE_DEVICES})
+       AND d.id NOT IN ({_kept("d.user_id", "k.id")})
      ORDER BY d.id
        FOR UPDATE
 )

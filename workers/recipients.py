@@ -8,20 +8,10 @@ from uuid import UUID
 
 import asyncpg
 
-from core.devices import MAX_ACTIVE_DEVICES
+from core.devices import REACHED
 from schema.enums import Channel
 from schema.ids import created_window
 from workers.claim import ClaimedNotification
-
-# Each user's newest active devices, at most $2 (core/devices.py), oldest of them first.
-DEVICES = """
-SELECT u.user_id, d.platform, d.token
-  FROM unnest($1::uuid[]) AS u(user_id)
- CROSS JOIN LATERAL (SELECT k.id, k.created_at, k.platform, k.token FROM devices k
-                      WHERE k.user_id = u.user_id AND k.active
-                      ORDER BY k.created_at DESC, k.id DESC LIMIT $2) d
- ORDER BY u.user_id, d.created_at, d.id
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +28,7 @@ async def addresses_for(*, pool: asyncpg.Pool, rows: list[ClaimedNotification]) 
     devices: dict[UUID, list[Address]] = defaultdict(list)
     done: dict[UUID, set[str]] = defaultdict(set)
     if push:
-        for d in await pool.fetch(DEVICES, list({r.user_id for r in push}), MAX_ACTIVE_DEVICES):
+        for d in await pool.fetch(REACHED, list({r.user_id for r in push})):
             devices[d["user_id"]].append(Address(d["token"], d["platform"]))
         retried = [r.id for r in push if r.attempts > 0]
         if retried:
