@@ -34,6 +34,7 @@ from api.routes import search as search_routes
 from api.routes import tracking as tracking_routes
 from api.routes import webhook_endpoints as webhook_endpoint_routes
 from api.routes import webhooks as webhook_routes
+from api.search_limit import SearchLimit
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.settings import Settings
@@ -64,6 +65,9 @@ def create_app(settings: Settings) -> FastAPI:
         )
         app.state.key_cache = KeyCache()
         app.state.ingress = IngressLimits.build(settings=settings, pool=pool)
+        app.state.searches = SearchLimit(
+            per_tenant=settings.search_concurrency_per_tenant, timeout_s=settings.search_timeout_s
+        )
         app.state.queues = QueueMonitor(
             engine=engine, bootstrap=settings.kafka_bootstrap or "", retention_days=settings.retention_days
         )

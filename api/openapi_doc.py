@@ -55,7 +55,7 @@ DESCRIPTIONS = {
     413: "The body is larger than the limit (`payload_too_large`).",
     415: "The body is not sent as JSON (`unsupported_media_type`).",
     422: "A value is invalid; `details` names every bad field.",
-    429: "A rate-limit rule refuses the request for now; `Retry-After` says when to retry.",
+    429: "A rate-limit rule or a concurrency limit refuses the request for now; `Retry-After` says when to retry.",
     431: "The request headers are larger than 16 KiB (`headers_too_large`).",
     503: "The notification log is unavailable (`database_unavailable`); retry after `Retry-After`.",
 }
@@ -66,6 +66,7 @@ PUBLIC_ERRORS = (431, 503)
 EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/notifications"): (409, 415, 429),
     ("post", "/v1/notifications/batch"): (415, 429),
+    ("get", "/v1/notifications"): (429,),  # too_many_searches (api/search_limit.py)
     ("post", "/v1/notifications/{notification_id}/cancel"): (409,),
     ("post", "/v1/notifications/{notification_id}/events"): (415,),
     ("post", "/v1/device/events"): (403, 404, 415),

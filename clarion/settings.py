@@ -187,6 +187,18 @@ class Settings(BaseSettings):
     max_api_keys_per_tenant: int = Field(
         default=100, ge=1, le=10_000, description="API keys one tenant may hold unrevoked."
     )
+    search_concurrency_per_tenant: int = Field(
+        default=2,
+        ge=1,
+        le=1_000,
+        description="Searches of the log (GET /v1/notifications) one tenant may run at once in one API process; more are answered 429 too_many_searches.",
+    )
+    search_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="PostgreSQL time one search of the log may take before it is stopped and answered 422 search_too_broad.",
+    )
     render_box_at_start: bool = Field(
         default=True,
         description="Start the API's render box (the child process that renders for tenants past their render CPU share) with the API rather than on first use, so its start-up does not land in the middle of a template attack.",

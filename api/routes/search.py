@@ -21,6 +21,7 @@ from api.errors import ApiError
 from api.json_types import IsoDatetime
 from api.models import ErrorInfo
 from api.openapi_doc import NO_NUL
+from api.search_limit import SearchLimit
 from clarion.tenants import Principal
 from schema.enums import Channel, Priority, Status
 from schema.log_models import Notification
@@ -85,6 +86,7 @@ def _aware(value: datetime | None) -> datetime | None:
 async def search_notifications(
     *,
     engine: AsyncEngine,
+    searches: SearchLimit,
     tenant_id: str,
     user: str | None = None,
     statuses: list[Status] | None = None,
@@ -97,7 +99,9 @@ async def search_notifications(
     """One page of ``tenant_id``'s notifications matching every filter given, newest first.
 
     ``since`` is inclusive, ``until`` exclusive (naive times are UTC). Another tenant's
-    notifications never match, whatever the filters.
+    notifications never match, whatever the filters. ``searches`` bounds how many run at once per
+    tenant and for how long (``api/search_limit.py``: 429 ``too_many_searches``, 422
+    ``search_too_broad``).
     """
     since, until = _aware(since), _aware(until)
     if since is not None and until is not None and since >= until:
@@ -138,7 +142,7 @@ async def search_notifications(
         query = query.where(
             sa.tuple_(_n.c.created_at, _n.c.id) < sa.tuple_(sa.literal(created), sa.literal(nid))
         )
-    async with engine.connect() as conn:
+    async with engine.connect() as conn, searches.hold(tenant_id=tenant_id, conn=conn):
         rows = (await conn.execute(query)).all()
     items = [_summary(r) for r in rows[:limit]]
     more = len(rows) > limit
@@ -183,6 +187,7 @@ async def search(
 ) -> NotificationPage:
     return await search_notifications(
         engine=request.app.state.engine,
+        searches=request.app.state.searches,
         tenant_id=principal.tenant_id,
         user=user,
         statuses=status,
