@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from api.engagement_models import EngagementOut
 from api.errors import encodable, shown
+from providers.fcm import reserved_data_key
 from schema.enums import Channel, Platform, Priority
 
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
@@ -81,8 +82,6 @@ def check_device_token(platform: Platform, token: str) -> str:
 MAX_DATA_DEPTH = 32
 # FCM refuses these keys in a message's data (400 INVALID_ARGUMENT): a push carrying one would
 # fail at the provider for good, so it is refused at accept time, naming the key.
-FCM_RESERVED_KEYS = frozenset({"from", "message_type"})
-FCM_RESERVED_PREFIXES = ("google.", "gcm.notification.")
 
 
 def check_text_tree(value: Any, *, field: str, max_depth: int = MAX_DATA_DEPTH) -> None:
@@ -177,10 +176,10 @@ class NotificationIn(Strict):
     def _one_of(self) -> NotificationIn:
         if self.channel is Channel.push:
             for key in self.data:
-                if key in FCM_RESERVED_KEYS or key.startswith(FCM_RESERVED_PREFIXES):
+                if reserved_data_key(key):
                     raise ValueError(
-                        f"data key '{key}' is reserved by FCM (from, message_type, google.*, "
-                        "gcm.notification.*): a push carrying it would be refused; rename it"
+                        f"data key {shown(key)} is reserved by FCM (from, message_type, or starting "
+                        "with google or gcm): a push carrying it would be refused; rename it"
                     )
         if (self.user is None) == (self.user_id is None):
             raise ValueError("give exactly one of 'user' (with contact details) or 'user_id'")

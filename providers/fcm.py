@@ -201,8 +201,11 @@ def _data_value(value: Any) -> str:
 
 
 def reserved_data_key(key: str) -> bool:
-    """FCM answers 400 INVALID_ARGUMENT for these ``data`` keys (docs/providers.md 7.1)."""
-    return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
+    """FCM answers 400 INVALID_ARGUMENT for these ``data`` keys: ``from``, ``message_type`` and any
+    key starting with ``google`` or ``gcm``, as the v1 reference words it (docs/providers.md 7.1).
+    The Admin SDKs' lists are narrower (``google.``, ``gcm.notification.``); the reference's is
+    the one a send is held to, so a key FCM may refuse is refused at accept, not after it."""
+    return key in ("from", "message_type") or key.startswith(("google", "gcm"))
 
 
 def _details(document: dict[str, Any]) -> list[dict[str, Any]]:

@@ -30,8 +30,8 @@ _DURATION = re.compile(r"\d{1,9}(\.\d{1,9})?s")
 
 
 def reserved_data_key(key: str) -> bool:
-    """FCM refuses these ``data`` keys (docs/providers.md 7.1)."""
-    return key in ("from", "message_type") or key.startswith(("google.", "gcm.notification."))
+    """FCM refuses these ``data`` keys: the v1 reference's reserved words (docs/providers.md 7.1)."""
+    return key in ("from", "message_type") or key.startswith(("google", "gcm"))
 
 
 def unknown_fields(doc: dict[str, Any], allowed: set[str], where: str) -> str | None:

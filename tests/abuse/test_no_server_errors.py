@@ -103,7 +103,9 @@ async def test_inline_content_holding_a_lone_surrogate_is_a_422(client: httpx.As
     refused(response, 422)
 
 
-@pytest.mark.parametrize("key", ["from", "message_type", "google.c.a.e", "gcm.notification.title"])
+@pytest.mark.parametrize(
+    "key", ["from", "message_type", "google.c.a.e", "gcm.notification.title", "googleId", "gcmToken"]
+)
 async def test_a_push_with_a_data_key_fcm_reserves_is_a_422_naming_it(
     client: httpx.AsyncClient, key: str
 ) -> None:

@@ -37,6 +37,8 @@ async def post(fake: FakeFcm, provider: FcmProvider, document: Any) -> tuple[int
         {"token": "t", "data": {"message_type": "x"}},
         {"token": "t", "data": {"google.c.a": "x"}},
         {"token": "t", "data": {"gcm.notification.body": "x"}},
+        {"token": "t", "data": {"googleId": "x"}},
+        {"token": "t", "data": {"gcm_x": "x"}},
         {"token": "t", "data": ["a", "b"]},
         {"token": "t", "android": "high"},
         {"token": "t", "android": {"ttl": 3600}},
@@ -93,7 +95,9 @@ async def test_validate_only_delivers_nothing(fake: FakeFcm, provider: FcmProvid
     assert fake.delivered == []
 
 
-@pytest.mark.parametrize("key", ["from", "message_type", "google.x", "gcm.notification.title"])
+@pytest.mark.parametrize(
+    "key", ["from", "message_type", "google.x", "gcm.notification.title", "googleId", "gcm_x"]
+)
 async def test_adapter_refuses_reserved_data_key_before_calling(
     fake: FakeFcm, provider: FcmProvider, key: str
 ) -> None:
