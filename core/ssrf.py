@@ -128,10 +128,15 @@ def is_public(address: IPAddress) -> bool:
             return is_public(inner)
         if address in _NAT64:
             return is_public(ipaddress.IPv4Address(address.packed[-4:]))
+        if address in _DOCUMENTATION_V6:
+            return False
     return address.is_global and not (address.is_multicast or address.is_reserved or address.is_unspecified)
 
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# RFC 9637's documentation prefix, which Python's ipaddress (3.12) does not know yet: it calls
+# 3fff::1 global. Not routable, so never a webhook's address.
+_DOCUMENTATION_V6 = ipaddress.ip_network("3fff::/20")
 
 
 async def resolve(url: str | WebhookUrl, *, allow: AllowList, timeout_s: float = 2.0) -> Resolved:

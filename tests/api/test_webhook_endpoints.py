@@ -80,6 +80,7 @@ async def test_patch_changes_fields_and_enabling_clears_a_disabled_reason(
     [
         ("http://127.0.0.1/", "url_not_allowed"),
         ("http://[::1]/", "url_not_allowed"),
+        ("http://[3fff::1]/", "url_not_allowed"),
         ("http://169.254.169.254/latest/meta-data/", "url_not_allowed"),
         ("http://10.0.0.1/", "url_not_allowed"),
         ("http://localhost:8000/", "url_not_allowed"),

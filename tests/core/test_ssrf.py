@@ -91,6 +91,9 @@ def test_public_addresses_pass_and_their_disguises_do_not() -> None:
     assert not ssrf.is_public(ipaddress.ip_address("::ffff:10.0.0.1"))
     assert not ssrf.is_public(ipaddress.ip_address("2002:7f00:1::"))  # 6to4 of 127.0.0.1
     assert not ssrf.is_public(ipaddress.ip_address("64:ff9b::a9fe:a9fe"))  # NAT64 of 169.254.169.254
+    assert not ssrf.is_public(ipaddress.ip_address("3fff::1"))  # RFC 9637 documentation prefix
+    assert not ssrf.is_public(ipaddress.ip_address("3fff:fff:ffff::1"))
+    assert ssrf.is_public(ipaddress.ip_address("3fff:1000::1"))  # past the /20: global unicast
 
 
 def test_the_host_header_keeps_the_name_and_a_non_default_port() -> None:
