@@ -80,7 +80,9 @@ class DeviceOut(BaseModel):
     token: str
     active: bool
     last_error: str | None
-    created_at: datetime
+    created_at: datetime = Field(
+        description="when it was registered: the first time, or when a retired or dead token was registered again"
+    )
 
 
 class UserOut(BaseModel):
@@ -179,15 +181,20 @@ async def register_device(
         base = insert(_devices).values(
             id=uuid7(), user_id=user_id, platform=device.platform.value, token=device.token
         )
-        # Explicit registration revives a token a provider once reported dead: the app says it
-        # is valid again.
+        # Explicit registration revives a token a provider once reported dead (or the device cap
+        # retired): the app says it is valid again. A revived device counts as registered now, so
+        # it is among the newest that a push reaches and the cap retires another one.
         stmt = base.on_conflict_do_update(
             constraint="uq_devices_user_token",
-            set_={"active": True, "last_error": None, "deactivated_at": None},
+            set_={
+                "active": True,
+                "last_error": None,
+                "deactivated_at": None,
+                "created_at": sa.case((_devices.c.active, _devices.c.created_at), else_=sa.func.now()),
+            },
         ).returning(_devices, sa.literal_column("xmax = 0", sa.Boolean).label("inserted"))
         row = (await conn.execute(stmt)).one()
-        if row.inserted:  # a device new to the user: keep the user within MAX_ACTIVE_DEVICES
-            await conn.execute(_RETIRE_EXTRA, {"users": [user_id]})
+        await conn.execute(_RETIRE_EXTRA, {"users": [user_id]})  # within MAX_ACTIVE_DEVICES
     return DeviceOut.model_validate(row, from_attributes=True), bool(row.inserted)
 
 

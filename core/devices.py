@@ -6,7 +6,8 @@ number of tokens, and every push to that user then made a provider call per toke
 every tenant shares. Now:
 
 - a registration that leaves a user with more than ``MAX_ACTIVE_DEVICES`` active devices retires
-  the oldest (by first registration), with the reason in ``last_error``, as a
+  the oldest (by registration; a retired or dead token registered again counts from then), with
+  the reason in ``last_error``, as a
   provider's "unregistered" would (``RETIRE_EXTRA``): app reinstalls leave tokens behind that no
   provider has reported dead yet, so the newest are the ones that reach the user;
 - the worker reads at most that many per user, newest first (``REACHED``, in ``workers/recipients.py``), so the

@@ -120,6 +120,12 @@ async def test_a_user_keeps_the_newest_active_devices_and_a_bounded_list(client:
     assert active == tokens[3:]
     assert all("retired" in d["last_error"] for d in devices[:3])
 
+    # The first, retired, registered again: it is the newest now, and the cap retires the next oldest.
+    revived = await client.post("/v1/users/u-phones/devices", json={"platform": "apns", "token": tokens[0]})
+    assert revived.status_code == 200 and revived.json()["active"], revived.text
+    devices = (await client.get("/v1/users/u-phones")).json()["devices"]
+    assert [d["token"] for d in devices if d["active"]] == [*tokens[4:], tokens[0]]
+
 
 async def test_devices_carried_inline_by_sends_keep_the_same_bound(client: httpx.AsyncClient) -> None:
     tokens = [f"{n:064x}" for n in range(1, 2 * 30 + 1)]
