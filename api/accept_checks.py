@@ -18,6 +18,7 @@ import asyncpg
 from api.errors import ApiError
 from api.submission import AcceptDecision, Submission
 from core.render import Renderer, RenderError
+from core.render_types import RenderedContent
 from core.templates import TemplateSource, resolve_template
 from schema.enums import Channel
 
@@ -138,6 +139,14 @@ async def check_push_devices(
             del recipients[i]
 
 
+def require_subject(channel: Channel, content: RenderedContent) -> None:
+    """An email whose subject renders blank with its data (``{{ order.title }}`` and an empty
+    title) would be accepted and then refused by every email provider (``missing_subject``), so it
+    is refused here: ``RenderError`` ``empty_subject``, a 422 ``template_empty_subject``."""
+    if channel is Channel.email and not (content.subject or "").strip():
+        raise RenderError("empty_subject", "the email's subject renders empty with this data", part="subject")
+
+
 async def check_content(
     conn: asyncpg.Connection,
     renderer: Renderer,
@@ -179,7 +188,7 @@ async def check_content(
         rendered = sends[i].rendered
         try:
             if rendered is None:
-                await renderer.render_async(
+                content = await renderer.render_async(
                     subject=source[0],
                     body=source[1],
                     html=source[2],
@@ -187,6 +196,7 @@ async def check_content(
                     budget=sends[i].render_budget,
                     tenant=principal.tenant_id,
                 )
+                require_subject(req.channel, content)
             elif rendered.error is not None:
                 raise rendered.error
         except RenderError as exc:

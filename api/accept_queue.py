@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from api.accept import accept_many
+from api.accept_checks import require_subject
 from api.accepted_counts import AcceptedCounts
 from api.errors import is_db_unavailable
 from api.submission import AcceptDecision, AcceptResult, Prerendered, Submission
@@ -133,7 +134,7 @@ async def prerender(renderer: Renderer, send: Submission) -> Submission:
     assert send.req.content is not None
     content, req = send.req.content, send.req
     try:
-        await renderer.render_async(
+        rendered = await renderer.render_async(
             subject=content.subject if req.channel is Channel.email else content.title,
             body=content.body,
             html=content.html,
@@ -141,6 +142,7 @@ async def prerender(renderer: Renderer, send: Submission) -> Submission:
             budget=send.render_budget,
             tenant=send.principal.tenant_id,
         )
+        require_subject(req.channel, rendered)
     except RenderError as exc:
         return replace(send, rendered=Prerendered(exc))
     return replace(send, rendered=Prerendered(None))

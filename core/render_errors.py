@@ -14,7 +14,12 @@ from typing import Any, Literal
 from jinja2 import nodes
 
 RenderErrorCode = Literal[
-    "missing_variable", "unsafe_template", "template_syntax", "template_error", "render_limit"
+    "missing_variable",
+    "unsafe_template",
+    "template_syntax",
+    "template_error",
+    "render_limit",
+    "empty_subject",
 ]
 Part = Literal["subject", "body", "html"]
 

@@ -161,3 +161,26 @@ async def test_another_tenants_notification_is_not_found(
     other = await make_tenant(engine)
     async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {other.key}"}) as c:
         assert_error(await c.get(f"/v1/notifications/{created}"), 404, "not_found")
+
+
+async def test_an_email_whose_subject_renders_blank_is_a_422_and_its_batch_neighbour_is_accepted(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    """Every email provider refuses a blank subject (``missing_subject``), which before this check
+    came only after the 202: inline content and a template alike are rendered at accept."""
+    inline = email_send(template=None, content={"subject": "{{ title }}", "body": "b"}, data={"title": ""})
+    assert_error(await client.post("/v1/notifications", json=inline), 422, "template_empty_subject")
+
+    template = {
+        "name": "titled", "channel": "email", "subject": "{{ title }}", "body": "Hi",
+        "sample_data": {"title": "Your order"},
+    }  # fmt: skip
+    assert (await client.post("/v1/templates", json=template)).status_code == 201
+    blank = email_send(template="titled", data={"title": " \t"})
+    items = [blank, email_send(template="titled", data={"title": "Your order"})]
+    response = await client.post("/v1/notifications/batch", json={"notifications": items})
+    assert response.status_code == 202, response.text
+    results = response.json()["results"]
+    assert results[0]["error"]["code"] == "template_empty_subject"
+    assert results[1]["status"] == "accepted" and results[1].get("error") is None, results[1]
+    assert await count_notifications(engine, tenant.id) == 1
