@@ -32,7 +32,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: install services browser prometheus lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 bench: install services
 	bash scripts/wrk.sh
