@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.json_types import IsoAwareDatetime
 from api.outbox import republish
+from api.search_limit import SearchLimit
 from clarion.kafka import Publisher
 from schema.enums import Channel, Priority
 
@@ -99,9 +100,12 @@ async def list_dead(
     match: RedriveFilter | None = None,
     limit: int = 50,
     cursor: UUID | None = None,
+    searches: SearchLimit | None = None,
 ) -> DeadLetterPage:
     """Dead notifications of ``channel`` (one tenant's, or all with ``tenant_id=None``), newest
-    first, ``limit`` per page; ``next_cursor`` continues after the last item."""
+    first, ``limit`` per page; ``next_cursor`` continues after the last item. A filter matching
+    few of many dead rows reads them all, so a tenant's listing through the API is one of its
+    ``searches`` (``api/search_limit.py``); the operator's CLI passes none."""
     where, params = _where(tenant_id, channel, match or RedriveFilter())
     if cursor is not None:
         where += " AND n.id < :cursor"
@@ -117,7 +121,11 @@ async def list_dead(
         """
     )
     async with engine.connect() as conn:
-        rows = (await conn.execute(query, {**params, "limit": limit + 1})).all()
+        if searches is not None and tenant_id is not None:
+            async with searches.hold(tenant_id=tenant_id, conn=conn):
+                rows = (await conn.execute(query, {**params, "limit": limit + 1})).all()
+        else:
+            rows = (await conn.execute(query, {**params, "limit": limit + 1})).all()
     items = [
         DeadLetter(
             id=r.id,

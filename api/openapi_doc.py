@@ -67,6 +67,7 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/notifications"): (409, 415, 429),
     ("post", "/v1/notifications/batch"): (415, 429),
     ("get", "/v1/notifications"): (429,),  # too_many_searches (api/search_limit.py)
+    ("get", "/v1/ops/dlq/{channel}"): (429,),
     ("post", "/v1/notifications/{notification_id}/cancel"): (409,),
     ("post", "/v1/notifications/{notification_id}/events"): (415,),
     ("post", "/v1/device/events"): (403, 404, 415),

@@ -1,4 +1,5 @@
-"""How much of the database one tenant's searches of its log may hold: at most
+"""How much of the database one tenant's searches of its log (``GET /v1/notifications``, and its
+dead letters at ``GET /v1/ops/dlq/{channel}``) may hold: at most
 ``CLARION_SEARCH_CONCURRENCY_PER_TENANT`` searches at once in one API process, each for at most
 ``CLARION_SEARCH_TIMEOUT_S`` of PostgreSQL time.
 

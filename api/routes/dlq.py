@@ -38,6 +38,7 @@ async def dead_letters(
         match=RedriveFilter(error_code=error_code, provider=provider),
         limit=limit,
         cursor=cursor,
+        searches=request.app.state.searches,
     )
 
 

@@ -71,6 +71,8 @@ async def test_searches_past_a_tenants_share_are_a_429_and_another_tenant_still_
             refused = await _search(ca)
             assert_error(refused, 429, "too_many_searches")
             assert refused.headers["Retry-After"] == "1"
+            dead_letters = await ca.get("/v1/ops/dlq/email", params={"error_code": "none"})
+            assert_error(dead_letters, 429, "too_many_searches")  # the same share
 
             other = asyncio.create_task(_search(cb))  # admitted: the share is per tenant
             await wait_until(lambda: searches.running(b.id) == 1, interval_s=0.01)
