@@ -12,13 +12,14 @@ neither holds locks for long nor starts over when interrupted: what is done is d
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.json_types import IsoAwareDatetime
 from api.outbox import republish
@@ -120,12 +121,13 @@ async def list_dead(
          LIMIT :limit
         """
     )
-    async with engine.connect() as conn:
-        if searches is not None and tenant_id is not None:
-            async with searches.hold(tenant_id=tenant_id, conn=conn):
-                rows = (await conn.execute(query, {**params, "limit": limit + 1})).all()
-        else:
-            rows = (await conn.execute(query, {**params, "limit": limit + 1})).all()
+    connect: AbstractAsyncContextManager[AsyncConnection] = (
+        searches.connect(engine=engine, tenant_id=tenant_id)
+        if searches is not None and tenant_id is not None
+        else engine.connect()
+    )
+    async with connect as conn:
+        rows = (await conn.execute(query, {**params, "limit": limit + 1})).all()
     items = [
         DeadLetter(
             id=r.id,

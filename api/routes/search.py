@@ -142,7 +142,7 @@ async def search_notifications(
         query = query.where(
             sa.tuple_(_n.c.created_at, _n.c.id) < sa.tuple_(sa.literal(created), sa.literal(nid))
         )
-    async with engine.connect() as conn, searches.hold(tenant_id=tenant_id, conn=conn):
+    async with searches.connect(engine=engine, tenant_id=tenant_id) as conn:
         rows = (await conn.execute(query)).all()
     items = [_summary(r) for r in rows[:limit]]
     more = len(rows) > limit

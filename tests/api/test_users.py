@@ -94,7 +94,7 @@ async def test_device_registration_is_idempotent_and_removal_deactivates(client:
         ("apns", "abcd1234"),
         ("fcm", "short"),
         ("fcm", "has spaces " * 5),
-        ("webpush", secrets.token_hex(32)),
+        ("webpush", "ab" * 32),  # 64 hex characters: a FCM or APNs token, not a web push subscription
     ],
 )
 async def test_device_token_format_is_checked_per_platform(

@@ -39,7 +39,9 @@ NOT_CLAIMABLE = {
     "delayed, not yet due": f"status = 'delayed', not_before = {FUTURE}",
     "scheduled, as the API stored it two hours out": "status = 'scheduled'",
     "sending, leased": f"status = 'sending', lease_until = {FUTURE}, claims = 1",
-    **{f"{s.value} (terminal)": f"status = '{s.value}', not_before = NULL" for s in TERMINAL_STATUSES},
+    **{
+        f"{s.value} (terminal)": f"status = '{s.value}', not_before = NULL" for s in sorted(TERMINAL_STATUSES)
+    },
 }
 
 
