@@ -187,6 +187,18 @@ class Settings(BaseSettings):
     max_api_keys_per_tenant: int = Field(
         default=100, ge=1, le=10_000, description="API keys one tenant may hold unrevoked."
     )
+    api_head_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Time a client has to send a request's head, from its first byte (or the connection opening); past it the API answers 408 and closes the connection.",
+    )
+    api_body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Time a client has to send a request's body once its head arrived; past it the API closes the connection.",
+    )
     search_concurrency_per_tenant: int = Field(
         default=2,
         ge=1,

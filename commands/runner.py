@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 
 from api.app import create_app
-from api.head_limit import HeadLimitedProtocol
+from api.read_deadline import read_deadline_protocol
 from api.relay import Relay
 from clarion import metrics
 from clarion.broker import TansuBroker
@@ -110,7 +110,9 @@ def api_server(settings: Settings, *, reuse_port: bool = False) -> EmbeddedServe
         log_config=None,
         access_log=False,
         lifespan="on",
-        http=HeadLimitedProtocol,
+        http=read_deadline_protocol(
+            head_timeout_s=settings.api_head_timeout_s, body_timeout_s=settings.api_body_timeout_s
+        ),
         headers=headers,
     )
     return EmbeddedServer(config)
