@@ -56,11 +56,12 @@ DESCRIPTIONS = {
     415: "The body is not sent as JSON (`unsupported_media_type`).",
     422: "A value is invalid; `details` names every bad field.",
     429: "A rate-limit rule or a concurrency limit refuses the request for now; `Retry-After` says when to retry.",
+    408: "The request's head did not arrive within `CLARION_API_HEAD_TIMEOUT_S` (`request_timeout`).",
     431: "The request headers are larger than 16 KiB (`headers_too_large`).",
     503: "The notification log is unavailable (`database_unavailable`); retry after `Retry-After`.",
 }
 
-PUBLIC_ERRORS = (431, 503)
+PUBLIC_ERRORS = (408, 431, 503)
 
 # Codes routes raise themselves, by (method, path), beyond what ``document`` infers.
 EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
