@@ -7,6 +7,7 @@ sees inside the test's own transaction, so the session's relay and workers never
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -15,7 +16,7 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api.outbox import MARK_PUBLISHED
+from api.outbox import MARK_PUBLISHED, mark_published
 from api.relay import PICK
 from schema.ids import created_window
 from tests.fixtures.sends import email_send
@@ -68,6 +69,26 @@ async def test_the_broker_ack_is_a_hot_update_shown_as_queued(
     assert shown["status"] == "queued"
     assert [h["status"] for h in shown["history"]] == ["accepted", "queued"]
     assert datetime.fromisoformat(shown["history"][1]["at"]) == stored.queued_at
+
+
+async def test_the_mark_skips_a_row_a_worker_holds_instead_of_waiting_for_it(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """Waiting for a claim's or a record's lock made deadlocks (each a 1 s stall of both sides):
+    the mark never waits, so it is never part of one."""
+    held, free = await _scheduled(client), await _scheduled(client)
+    async with engine.connect() as worker:
+        await worker.execute(sa.text("SELECT 1 FROM notifications WHERE id = :id FOR UPDATE"), {"id": held})
+        await asyncio.wait_for(mark_published(engine, [UUID(held), UUID(free)]), 10)
+        await worker.rollback()
+    async with engine.connect() as conn:
+        published = dict(
+            (await conn.execute(
+                sa.text("SELECT id::text, published_at FROM notifications WHERE id IN (:a, :b)"),
+                {"a": held, "b": free},
+            )).all()
+        )  # fmt: skip
+    assert published[free] is not None and published[held] is None
 
 
 async def test_search_tells_accepted_from_queued(client: httpx.AsyncClient, engine: AsyncEngine) -> None:

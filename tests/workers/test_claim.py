@@ -79,7 +79,8 @@ async def claimed_by(conn: asyncpg.Connection, ids: list[UUID]) -> tuple[list[UU
 
 async def row(conn: asyncpg.Connection, nid: UUID) -> dict[str, Any]:
     record = await conn.fetchrow(
-        "SELECT status, claims, lease_until, lease_until - now() AS lease, history -> -1 ->> 'status' AS last"
+        "SELECT status, claims, lease_until, lease_until - now() AS lease, history -> -1 ->> 'status' AS last,"
+        " queued_at"
         " FROM notifications WHERE id = $1",
         nid,
     )
@@ -102,6 +103,19 @@ async def test_a_claimable_row_is_claimed_once_with_a_lease(
     assert after["claims"] == claims_before + 1
     assert await claimed_by(conn, [nid]) == ([], [])  # a redelivered message: nothing to send
     assert await row(conn, nid) == after
+
+
+async def test_a_claim_of_a_row_the_outbox_has_not_marked_stamps_it_queued(
+    client: httpx.AsyncClient, conn: asyncpg.Connection
+) -> None:
+    """The outbox skips rows a worker holds (api/outbox.py); a worker took the message from the
+    broker, so the claim records the ``queued`` the mark would have."""
+    nid = await shaped(
+        client, conn, "status = 'accepted', send_at = NULL, not_before = NULL, queued_at = NULL"
+    )
+    assert (await claimed_by(conn, [nid]))[0] == [nid]
+    stamped = await row(conn, nid)
+    assert stamped["status"] == "sending" and stamped["queued_at"] is not None
 
 
 @pytest.mark.parametrize("state", list(NOT_CLAIMABLE))
