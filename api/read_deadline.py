@@ -4,8 +4,8 @@
 uvicorn times nothing until a first response is complete: a connection that sends nothing, or
 trickles one header byte every few seconds, stays open for ever (its keep-alive timer starts after
 a response and stops at the next byte). Each such connection costs the API a file descriptor, and
-the process has a fixed number (20,000 here): one client holding that many idle connections left
-the API accepting no one, every tenant alike. A body trickled after its head held a request task
+the process has a fixed number (20,000 here): one client holding that many idle connections would
+leave the API accepting no one, every tenant alike. A body trickled after its head held a request task
 the same way.
 
 Past the head's deadline the connection is answered ``408 request_timeout`` in the API's error

@@ -3,22 +3,22 @@ dead letters at ``GET /v1/ops/dlq/{channel}``) may hold: at most
 ``CLARION_SEARCH_CONCURRENCY_PER_TENANT`` searches at once in one API process, each for at most
 ``CLARION_SEARCH_TIMEOUT_S`` of PostgreSQL time.
 
-A search walks the tenant's ``(tenant_id, created_at)`` index newest first and filters by status,
-channel or user on the way. A filter that matches few rows reads every row of the tenant inside the
-range: for a status the tenant has none of, 0.3-0.68 s at 1 M rows, and sixteen such searches at
-once slowed another tenant's send from 5 to 424 ms (2026-11-28, a fuzzing helper). With the bound,
-sixteen search loops of one tenant slowed another's accept p50 from ~5 to 27 ms, against 81-115 ms
-without it (two runs each). An index per
-filter would cost every send an index entry per status change; the bound here costs nothing on the
-send path and grows with nothing: a tenant holds at most its share of backends, each for at most
-the timeout, whatever its row count.
+A search reads the tenant's rows newest first and filters by status, channel or user on the way
+(by the ``(tenant_id, created_at)`` index, or a parallel scan of each day's partition). A filter
+that matches few rows reads every row of the tenant inside the range: for a status the tenant has
+none of, 0.3-0.68 s at 1 M rows, and sixteen such searches at once slowed another tenant's send
+from 5 to 424 ms (2026-11-28, a fuzzing helper). With the bound, sixteen search loops of one
+tenant slowed another's accept p50 from ~5 to 27 ms, against 81-115 ms without it (two runs each).
+An index per filter would cost every send an index entry per status change; the bound costs the
+send path nothing and grows with nothing: a tenant holds at most its share of backends, each for
+at most the timeout, whatever its row count.
 
 Errors (``ApiError``)::
 
     429 too_many_searches   the tenant already runs its share of searches in this API process
                             (``Retry-After: 1``)
     422 search_too_broad    the search read for longer than the timeout: narrow it with
-                            ``since``/``until``, ``user`` or ``cursor``
+                            ``since``/``until`` or ``user``
 """
 
 from __future__ import annotations
@@ -71,8 +71,7 @@ class SearchLimit:
             raise ApiError(
                 422,
                 "search_too_broad",
-                f"The search read for more than {self.timeout_ms} ms; narrow it with since/until, "
-                "user or a cursor.",
+                f"The search read for more than {self.timeout_ms} ms; narrow it with since/until or user.",
             ) from exc
         finally:
             self._running[tenant_id] -= 1
