@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from clarion import tracing
 from clarion.logs import setup_logging
 from clarion.settings import Settings
-from commands import dlq_cli
+from commands import dlq_cli, limits_cli
 from schema.enums import Channel
 
 
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         help="create: do not install the shipped templates (templates/) for the tenant",
     )
     dlq_cli.add_parser(sub)
+    limits_cli.add_parser(sub)
     p_status = sub.add_parser("status", help="queue depth, lag and statuses of a running Clarion, as tables")
     p_status.add_argument("--url", help="API base URL (default: CLARION_PUBLIC_URL, or api_host:api_port)")
     p_status.add_argument("--api-key", help="an API key with the admin scope (default: $CLARION_API_KEY)")
@@ -148,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         _keys(args, settings)
     elif args.command == "dlq":
         dlq_cli.run(args, settings)
+    elif args.command == "limits":
+        limits_cli.run(args, settings)
     elif args.command == "webhooks":
         _run(lambda: runner.until_signal(lambda stop: runner.run_webhooks(settings, stop)))
     else:
