@@ -272,6 +272,12 @@ class Settings(BaseSettings):
     webhook_concurrency: int = Field(
         default=32, ge=1, le=1000, description="Webhook calls one `clarion webhooks` process makes at once."
     )
+    webhook_concurrency_per_tenant: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description="Of those, how many one tenant's deliveries may hold at once, so a tenant whose endpoints hang cannot delay another's.",
+    )
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
     retry: RetrySettings = Field(
         default_factory=RetrySettings,

@@ -196,6 +196,7 @@ def delivery_settings(settings: Settings) -> DeliverySettings:
     """What ``clarion webhooks`` needs of the settings, typed."""
     return DeliverySettings(
         concurrency=settings.webhook_concurrency,
+        per_tenant=min(settings.webhook_concurrency_per_tenant, settings.webhook_concurrency),
         lease_s=settings.webhook_lease_s,
         timeout_s=settings.webhook_timeout_s,
         poll_interval_s=settings.webhook_poll_interval_s,

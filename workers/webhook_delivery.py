@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 
 import asyncpg
 import httpx
@@ -39,6 +41,7 @@ MAINTAIN_EVERY_S = 3600.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeliverySettings:
     concurrency: int
+    per_tenant: int  # of ``concurrency``, what one tenant's deliveries may hold (webhook_claim)
     lease_s: float
     timeout_s: float
     poll_interval_s: float
@@ -57,6 +60,7 @@ class WebhookDeliverer:
         self.client: httpx.AsyncClient = new_client()
         self._breakers: dict[str, CircuitBreaker] = {}
         self._inflight: set[asyncio.Task[None]] = set()
+        self._calls: Counter[str] = Counter()  # calls in flight per tenant
 
     async def run(self) -> None:
         maintainer = asyncio.create_task(self._maintain_hourly())
@@ -66,13 +70,21 @@ class WebhookDeliverer:
                 claimed: list[ClaimedDelivery] = []
                 if free > 0:
                     try:
-                        claimed = await claim(pool=self.pool, limit=free, lease_s=self.settings.lease_s)
+                        claimed = await claim(
+                            pool=self.pool,
+                            limit=free,
+                            lease_s=self.settings.lease_s,
+                            per_tenant=self.settings.per_tenant,
+                            busy=self._calls,
+                        )
                     except Exception as exc:  # database away: try again after the pause
                         log.warning("webhook claim failed (%s: %s)", type(exc).__name__, exc)
                 for delivery in claimed:
+                    self._calls[delivery.tenant_id] += 1
                     task = asyncio.create_task(self._deliver(delivery))
                     self._inflight.add(task)
                     task.add_done_callback(self._inflight.discard)
+                    task.add_done_callback(partial(self._done, delivery.tenant_id))
                 if claimed and len(self._inflight) < self.settings.concurrency:
                     continue  # more may be due: claim again at once
                 if self._inflight:
@@ -86,6 +98,11 @@ class WebhookDeliverer:
         finally:
             maintainer.cancel()
             await self.stop()
+
+    def _done(self, tenant_id: str, _task: asyncio.Task[None]) -> None:
+        self._calls[tenant_id] -= 1
+        if not self._calls[tenant_id]:
+            del self._calls[tenant_id]
 
     async def stop(self, drain_s: float = 5.0) -> None:
         """Let calls in flight finish for up to ``drain_s``, cancel the rest (their lease brings
