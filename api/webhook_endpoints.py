@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.caps import hold_under_cap
 from api.errors import ApiError
 from core import ssrf
+from core.dns import Resolver
 from core.webhook_events import EVENT_TYPES, PARK_PENDING, UNPARK_PENDING
 from core.webhook_signing import new_secret
 from schema.ids import uuid7
@@ -82,10 +83,15 @@ def _out(row: sa.Row) -> EndpointOut:  # type: ignore[type-arg]
     return EndpointOut(**{name: getattr(row, name) for name in EndpointOut.model_fields})
 
 
-async def checked_url(url: str, *, allow: ssrf.AllowList) -> str:
+# The API's lookups of endpoint hosts, at most two outstanding per tenant (core/dns.py): a tenant
+# registering hosts whose DNS hangs holds two threads, never every other tenant's.
+_RESOLVER = Resolver(threads=8, per_key=2)
+
+
+async def checked_url(url: str, *, allow: ssrf.AllowList, tenant_id: str) -> str:
     """``url`` when it may be called now (``core.ssrf``); else ``ApiError(422)`` with its rule's code."""
     try:
-        await ssrf.resolve(url, allow=allow)
+        await ssrf.resolve(url, allow=allow, resolver=_RESOLVER, key=tenant_id)
     except ssrf.UrlRefused as exc:
         raise ApiError(422, exc.code, exc.message, {"field": "url"}) from None
     return url
@@ -99,7 +105,7 @@ async def create_endpoint(
     *, engine: AsyncEngine, tenant_id: str, endpoint: EndpointIn, allow: ssrf.AllowList, max_endpoints: int
 ) -> CreatedEndpoint:
     """Register an endpoint; its secret is in the result and never shown again."""
-    url = await checked_url(endpoint.url, allow=allow)
+    url = await checked_url(endpoint.url, allow=allow, tenant_id=tenant_id)
     secret = new_secret()
     async with engine.begin() as conn:
         await hold_under_cap(
@@ -158,7 +164,7 @@ async def update_endpoint(
     """Change the fields ``patch`` sets. Enabling clears ``disabled_reason`` and the failure streak."""
     values: dict[str, object] = {"updated_at": sa.func.now()}
     if patch.url is not None:
-        values["url"] = await checked_url(patch.url, allow=allow)
+        values["url"] = await checked_url(patch.url, allow=allow, tenant_id=tenant_id)
     if patch.event_types is not None:
         values["event_types"] = _unique(patch.event_types)
     if patch.enabled is not None:

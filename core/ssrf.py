@@ -26,7 +26,10 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
+
+from core.dns import LookupBusy, Resolver
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_URL_CHARS = 2048
@@ -133,29 +136,58 @@ def is_public(address: IPAddress) -> bool:
     return address.is_global and not (address.is_multicast or address.is_reserved or address.is_unspecified)
 
 
+def _literal(host: str) -> IPAddress | None:
+    """``host`` as an address when it is written as one (``127.0.0.1``, ``::1``), else None."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+async def _lookup(
+    host: str, port: int, *, timeout_s: float, resolver: Resolver | None, key: str
+) -> list[Any]:
+    try:
+        if resolver is not None:
+            return await resolver.getaddrinfo(host, port, key=key, timeout_s=timeout_s)
+        return await asyncio.wait_for(
+            asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s
+        )
+    except LookupBusy:
+        raise UrlRefused(
+            "url_unresolvable", f"The host {host} does not resolve yet: earlier lookups of it still wait."
+        ) from None
+    except (OSError, TimeoutError, UnicodeError):
+        raise UrlRefused("url_unresolvable", f"The host {host} does not resolve.") from None
+
+
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 # RFC 9637's documentation prefix, which Python's ipaddress (3.12) does not know yet: it calls
 # 3fff::1 global. Not routable, so never a webhook's address.
 _DOCUMENTATION_V6 = ipaddress.ip_network("3fff::/20")
 
 
-async def resolve(url: str | WebhookUrl, *, allow: AllowList, timeout_s: float = 2.0) -> Resolved:
+async def resolve(
+    url: str | WebhookUrl,
+    *,
+    allow: AllowList,
+    timeout_s: float = 2.0,
+    resolver: Resolver | None = None,
+    key: str = "",
+) -> Resolved:
     """The addresses ``url`` may be called at (all of its host's, every one checked); else
-    ``UrlRefused``. An allow-listed host name skips the address rule."""
+    ``UrlRefused``. An allow-listed host name skips the address rule. A literal address is not
+    looked up; a name is, on ``resolver`` (its lookups counted against ``key``: ``core/dns.py``)
+    or on the event loop's executor when there is none."""
     parsed = url if isinstance(url, WebhookUrl) else parse_url(url)
-    try:
-        infos = await asyncio.wait_for(
-            asyncio.get_running_loop().getaddrinfo(parsed.host, parsed.port, type=socket.SOCK_STREAM),
-            timeout_s,
-        )
-    except (OSError, TimeoutError, UnicodeError):
-        raise UrlRefused("url_unresolvable", f"The host {parsed.host} does not resolve.") from None
-    addresses: list[IPAddress] = []
-    for info in infos:
-        text = str(info[4][0]).split("%", 1)[0]  # an IPv6 scope id (fe80::1%eth0)
-        address = ipaddress.ip_address(text)
-        if address not in addresses:
-            addresses.append(address)
+    literal = _literal(parsed.host)
+    addresses: list[IPAddress] = [literal] if literal is not None else []
+    if literal is None:
+        for info in await _lookup(parsed.host, parsed.port, timeout_s=timeout_s, resolver=resolver, key=key):
+            text = str(info[4][0]).split("%", 1)[0]  # an IPv6 scope id (fe80::1%eth0)
+            address = ipaddress.ip_address(text)
+            if address not in addresses:
+                addresses.append(address)
     if not addresses:
         raise UrlRefused("url_unresolvable", f"The host {parsed.host} does not resolve.")
     if parsed.host not in allow.hosts:

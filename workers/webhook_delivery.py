@@ -27,6 +27,7 @@ import httpx
 from clarion import metrics
 from clarion.retry_settings import BreakerSettings
 from core import ssrf
+from core.dns import Resolver
 from workers.breaker import CircuitBreaker, CircuitOpen
 from workers.record import until_done
 from workers.webhook_claim import ClaimedDelivery, claim
@@ -61,6 +62,9 @@ class WebhookDeliverer:
         self._breakers: dict[str, CircuitBreaker] = {}
         self._inflight: set[asyncio.Task[None]] = set()
         self._calls: Counter[str] = Counter()  # calls in flight per tenant
+        # Twice the calls: room for every call's lookup while a few tenants' hang (at most
+        # per_tenant each, counted until their threads are done).
+        self.resolver = Resolver(threads=2 * settings.concurrency, per_key=settings.per_tenant)
 
     async def run(self) -> None:
         maintainer = asyncio.create_task(self._maintain_hourly())
@@ -112,6 +116,7 @@ class WebhookDeliverer:
         for task in list(self._inflight):
             task.cancel()
         await self.client.aclose()
+        self.resolver.close()
 
     def breaker_for(self, endpoint_id: str) -> CircuitBreaker | None:
         if not self.settings.breaker.enabled:
@@ -140,6 +145,7 @@ class WebhookDeliverer:
             delivery=delivery,
             allow=self.settings.allow,
             timeout_s=self.settings.timeout_s,
+            resolver=self.resolver,
         )
         if breaker is not None and not result.refused:
             breaker.record(failed=not result.ok)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from core import ssrf
+from core.dns import Resolver
 from core.webhook_signing import headers as signed_headers
 from workers.webhook_claim import ClaimedDelivery
 
@@ -43,11 +44,17 @@ def new_client() -> httpx.AsyncClient:
 
 
 async def call(
-    *, client: httpx.AsyncClient, delivery: ClaimedDelivery, allow: ssrf.AllowList, timeout_s: float
+    *,
+    client: httpx.AsyncClient,
+    delivery: ClaimedDelivery,
+    allow: ssrf.AllowList,
+    timeout_s: float,
+    resolver: Resolver | None = None,
 ) -> CallResult:
-    """POST the delivery's body, signed, to its endpoint (see the module docstring)."""
+    """POST the delivery's body, signed, to its endpoint (see the module docstring). The host is
+    looked up on ``resolver``, counted against the delivery's tenant (``core/dns.py``)."""
     try:
-        resolved = await ssrf.resolve(delivery.url, allow=allow)
+        resolved = await ssrf.resolve(delivery.url, allow=allow, resolver=resolver, key=delivery.tenant_id)
     except ssrf.UrlRefused as exc:
         return CallResult(ok=False, error=f"{exc.code}: {exc.message}", refused=True)
     url = resolved.url
