@@ -80,8 +80,6 @@ def check_device_token(platform: Platform, token: str) -> str:
 
 
 MAX_DATA_DEPTH = 32
-# FCM refuses these keys in a message's data (400 INVALID_ARGUMENT): a push carrying one would
-# fail at the provider for good, so it is refused at accept time, naming the key.
 
 
 def check_text_tree(value: Any, *, field: str, max_depth: int = MAX_DATA_DEPTH) -> None:
@@ -176,6 +174,8 @@ class NotificationIn(Strict):
     def _one_of(self) -> NotificationIn:
         if self.channel is Channel.push:
             for key in self.data:
+                # FCM refuses these keys (400 INVALID_ARGUMENT): a push carrying one would fail at
+                # the provider for good, so it is refused here, naming the key.
                 if reserved_data_key(key):
                     raise ValueError(
                         f"data key {shown(key)} is reserved by FCM (from, message_type, or starting "
