@@ -83,9 +83,10 @@ def _out(row: sa.Row) -> EndpointOut:  # type: ignore[type-arg]
     return EndpointOut(**{name: getattr(row, name) for name in EndpointOut.model_fields})
 
 
-# The API's lookups of endpoint hosts, at most two outstanding per tenant (core/dns.py): a tenant
-# registering hosts whose DNS hangs holds two threads, never every other tenant's.
-_RESOLVER = Resolver(threads=8, per_key=2)
+# The API's lookups of endpoint hosts, at most two outstanding per tenant, one per host
+# (core/dns.py): a tenant registering hosts whose DNS hangs holds two threads, never every other
+# tenant's.
+_RESOLVER = Resolver(threads=16, per_key=2, per_host=1)
 
 
 async def checked_url(url: str, *, allow: ssrf.AllowList, tenant_id: str) -> str:

@@ -153,9 +153,10 @@ async def _lookup(
         return await asyncio.wait_for(
             asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s
         )
-    except LookupBusy:
+    except LookupBusy as busy:
+        waiting = "of it" if busy.host_busy else "of this tenant's hosts"
         raise UrlRefused(
-            "url_unresolvable", f"The host {host} does not resolve yet: earlier lookups of it still wait."
+            "url_unresolvable", f"The host {host} does not resolve yet: earlier lookups {waiting} still wait."
         ) from None
     except (OSError, TimeoutError, UnicodeError):
         raise UrlRefused("url_unresolvable", f"The host {host} does not resolve.") from None

@@ -62,9 +62,9 @@ class WebhookDeliverer:
         self._breakers: dict[str, CircuitBreaker] = {}
         self._inflight: set[asyncio.Task[None]] = set()
         self._calls: Counter[str] = Counter()  # calls in flight per tenant
-        # Twice the calls: room for every call's lookup while a few tenants' hang (at most
-        # per_tenant each, counted until their threads are done).
-        self.resolver = Resolver(threads=2 * settings.concurrency, per_key=settings.per_tenant)
+        # Four times the calls: room for every call's lookup while some tenants' hang (at most
+        # per_tenant each, two per host, counted until their threads are done; core/dns.py).
+        self.resolver = Resolver(threads=4 * settings.concurrency, per_key=settings.per_tenant, per_host=2)
 
     async def run(self) -> None:
         maintainer = asyncio.create_task(self._maintain_hourly())

@@ -45,15 +45,18 @@ def nameserver() -> Iterator[Nameserver]:
 async def test_a_tenant_whose_lookups_hang_is_refused_past_its_share_and_another_still_resolves(
     nameserver: Nameserver,
 ) -> None:
-    resolver = Resolver(threads=3, per_key=2, lookup=nameserver)
+    resolver = Resolver(threads=4, per_key=3, per_host=2, lookup=nameserver)
     try:
         for _ in range(2):
             with pytest.raises(TimeoutError):
                 await resolver.getaddrinfo(HUNG, 80, key="a", timeout_s=0.1)
         assert resolver.outstanding("a") == 2  # given up on, still holding their threads
-        with pytest.raises(LookupBusy):
+        with pytest.raises(LookupBusy) as busy:
             await resolver.getaddrinfo(HUNG, 80, key="a", timeout_s=0.1)
+        assert busy.value.host_busy
         assert nameserver.asked.count(HUNG) == 2  # the refused one never reached the resolver
+        # The same tenant's other host still resolves, within the tenant's share.
+        assert await resolver.getaddrinfo("other.a.example", 80, key="a", timeout_s=5)
 
         answer = await resolver.getaddrinfo("hooks.b.example", 80, key="b", timeout_s=5)
         assert answer[0][4][0] == "127.0.0.1"
@@ -68,7 +71,7 @@ async def test_a_tenant_whose_lookups_hang_is_refused_past_its_share_and_another
 async def test_ssrf_resolve_looks_up_names_on_the_resolver_and_never_a_literal_address(
     nameserver: Nameserver,
 ) -> None:
-    resolver = Resolver(threads=2, per_key=1, lookup=nameserver)
+    resolver = Resolver(threads=2, per_key=1, per_host=1, lookup=nameserver)
     try:
         literal = await ssrf.resolve("http://127.0.0.1:8080/x", allow=ALLOW_LOCAL, resolver=resolver, key="t")
         assert [str(a) for a in literal.addresses] == ["127.0.0.1"] and nameserver.asked == []
@@ -84,5 +87,20 @@ async def test_ssrf_resolve_looks_up_names_on_the_resolver_and_never_a_literal_a
         with pytest.raises(ssrf.UrlRefused) as busy:  # its one lookup still outstanding
             await ssrf.resolve("http://hooks.example/x", allow=ALLOW_LOCAL, resolver=resolver, key="t")
         assert busy.value.code == "url_unresolvable" and "still wait" in busy.value.message
+    finally:
+        resolver.close()
+
+
+async def test_a_lookup_still_waiting_for_a_thread_when_its_caller_gives_up_holds_nothing(
+    nameserver: Nameserver,
+) -> None:
+    resolver = Resolver(threads=1, per_key=4, per_host=4, lookup=nameserver)
+    try:
+        with pytest.raises(TimeoutError):
+            await resolver.getaddrinfo(HUNG, 80, key="a", timeout_s=0.1)  # holds the one thread
+        with pytest.raises(TimeoutError):  # queued behind it, then given up on
+            await resolver.getaddrinfo("b.example", 80, key="b", timeout_s=0.1)
+        await wait_until(lambda: resolver.outstanding("b") == 0, 5, 0.01)
+        assert "b.example" not in nameserver.asked and resolver.outstanding("a") == 1
     finally:
         resolver.close()

@@ -30,6 +30,7 @@ def _delivery(url: str, secret: str) -> ClaimedDelivery:
     return ClaimedDelivery(
         id=uuid7(),
         created_at=datetime.now(UTC),
+        tenant_id="t-send",
         endpoint_id=uuid7(),
         event_id=uuid7(),
         body=BODY,
