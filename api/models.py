@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -80,6 +80,10 @@ def check_device_token(platform: Platform, token: str) -> str:
 
 
 MAX_DATA_DEPTH = 32
+# A scheduled send keeps its day of the log past retention until it is final (clarion/
+# log_maintenance.py): one send a day scheduled for 9999 would keep every day of every tenant's log for
+# ever. Thirty days (the default retention) keeps a day at most twice as long.
+MAX_SCHEDULE_AHEAD = timedelta(days=30)
 
 
 def check_text_tree(value: Any, *, field: str, max_depth: int = MAX_DATA_DEPTH) -> None:
@@ -161,8 +165,21 @@ class NotificationIn(Strict):
     data: dict[str, Any] = Field(
         default_factory=dict, description=f"template data; JSON nested at most {MAX_DATA_DEPTH} levels"
     )
-    send_at: AwareDatetime | None = Field(default=None, description="with a time zone, e.g. ...Z")
+    send_at: AwareDatetime | None = Field(
+        default=None,
+        description=f"with a time zone, e.g. ...Z; at most {MAX_SCHEDULE_AHEAD.days} days ahead",
+    )
     expires_at: AwareDatetime | None = Field(default=None, description="with a time zone, e.g. ...Z")
+
+    @field_validator("send_at")
+    @classmethod
+    def _near_enough(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value > datetime.now(UTC) + MAX_SCHEDULE_AHEAD:
+            raise ValueError(
+                f"a send may be scheduled at most {MAX_SCHEDULE_AHEAD.days} days ahead; "
+                "keep later ones in your own scheduler"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from harness.services import ApiServer
 from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.fixtures.browser import browser_page, needs_chromium
 from tests.fixtures.delivery import wait_status
-from tests.fixtures.sends import email_send
+from tests.fixtures.sends import email_send, held_back
 
 pytestmark = needs_chromium
 
@@ -68,9 +68,7 @@ async def test_recent_failures_show_their_error_codes(
 ) -> None:
     import sqlalchemy as sa
 
-    nid = (await client.post("/v1/notifications", json=email_send(send_at="2099-01-01T00:00:00Z"))).json()[
-        "id"
-    ]
+    nid = (await client.post("/v1/notifications", json=email_send(send_at=held_back()))).json()["id"]
     async with engine.begin() as conn:  # type: ignore[attr-defined]
         await conn.execute(
             sa.text(

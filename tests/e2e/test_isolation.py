@@ -22,6 +22,7 @@ from schema.messages import NotificationMessage
 from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
 from tests.fixtures.poison import ExplodingGate
+from tests.fixtures.sends import held_back
 from workers.claim import claim
 from workers.outcome import Attempt, Outcome
 from workers.record import record_outcomes
@@ -71,7 +72,7 @@ async def test_a_notification_claimed_max_claims_times_without_an_outcome_goes_d
 ) -> None:
     """As if workers had died on it ``max_claims`` times: the next claim ends it, with no send."""
     send = sms(f"doomed-{secrets.token_hex(3)}", 7)
-    send["send_at"] = "2099-01-01T00:00:00Z"  # held back until the test has set its claims
+    send["send_at"] = held_back()  # held back until the test has set its claims
     accepted = await client.post("/v1/notifications", json=send)
     assert accepted.status_code == 202, accepted.text
     nid = accepted.json()["id"]
@@ -105,7 +106,7 @@ async def test_texts_postgresql_refuses_are_recorded_cleaned_instead_of_failing_
     """A provider's answer or an exception's text may quote a tenant's data: a NUL, a lone
     surrogate or an over-long code made the batch's recording fail on every retry."""
     send = sms(f"unstorable-{secrets.token_hex(3)}", 9)
-    send["send_at"] = "2099-01-01T00:00:00Z"  # no worker takes it; the test records its outcome
+    send["send_at"] = held_back()  # no worker takes it; the test records its outcome
     accepted = await client.post("/v1/notifications", json=send)
     assert accepted.status_code == 202, accepted.text
     nid = uuid.UUID(accepted.json()["id"])
@@ -145,7 +146,7 @@ async def test_a_row_poisoned_in_the_log_fails_alone_and_another_tenants_batch_i
     other: TenantInfo = await make_tenant(engine)
     run = secrets.token_hex(3)
     async with api_client(api.url, other.key) as neighbour:
-        later = {"send_at": "2099-01-01T00:00:00Z"}
+        later = {"send_at": held_back()}
         sends = [neighbour.post("/v1/notifications", json=sms(f"n-{run}-{i}", i) | later) for i in range(20)]
         sends.append(client.post("/v1/notifications", json=sms(f"poison-{run}", 98) | later))
         answers = await asyncio.gather(*sends)
@@ -180,7 +181,7 @@ async def test_a_notification_whose_worker_dies_on_every_claim_goes_dead_after_m
     worker = stack.workers[Channel.sms]
     assert worker.pipeline is not None
     send = sms(f"crashing-{secrets.token_hex(3)}", 6)
-    send["send_at"] = "2099-01-01T00:00:00Z"
+    send["send_at"] = held_back()
     accepted = await client.post("/v1/notifications", json=send)
     assert accepted.status_code == 202, accepted.text
     nid = uuid.UUID(accepted.json()["id"])
