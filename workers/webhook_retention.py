@@ -3,6 +3,13 @@
 Both tables grow with every send (``core.webhook_events``). ``clarion webhooks`` runs
 ``maintain`` at start and every hour (several processes may: every step is idempotent). A day of
 ``webhook_deliveries`` still holding a pending delivery is kept whole until it is done.
+
+A delivery to an enabled endpoint is done within its retries (15 calls over about half a day), but
+a disabled endpoint's deliveries wait for it to be enabled again, for ever: a tenant that disabled
+an endpoint holding pending deliveries every day would have kept every day of the table, every
+tenant's rows in it, for ever. So a delivery of a disabled (or deleted) endpoint still pending when
+its day leaves retention is cancelled first (``EXPIRE``), and its day goes; its event had gone
+with ``webhook_events``' day already, so no replay could have sent it again.
 """
 
 from __future__ import annotations
@@ -19,13 +26,24 @@ log = logging.getLogger(__name__)
 
 PARENTS = {"webhook_events": None, "webhook_deliveries": "state = 'pending'"}
 DAYS_AHEAD = 3
+EXPIRE = """
+UPDATE webhook_deliveries d
+   SET state = 'cancelled',
+       last_error = 'expired: its endpoint was disabled past the webhook retention'
+ WHERE d.state = 'pending' AND d.created_at < $1
+   AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = d.endpoint_id AND e.enabled)
+"""
 
 
 async def maintain(*, pool: asyncpg.Pool, today: dt.date, retention_days: int) -> list[str]:
     """Create today's partition and ``DAYS_AHEAD`` more, drop days past ``retention_days``;
     returns the partitions dropped."""
     dropped: list[str] = []
+    cutoff = dt.datetime.combine(today - dt.timedelta(days=retention_days), dt.time(), tzinfo=dt.UTC)
     async with pool.acquire() as conn:
+        expired = await conn.execute(EXPIRE, cutoff)
+        if expired != "UPDATE 0":
+            log.info("webhook retention cancelled %s deliveries of disabled endpoints", expired.split()[-1])
         for parent, live_filter in PARENTS.items():
             await ensure_ahead(conn, parent=parent, today=today, days_ahead=DAYS_AHEAD)
             dropped += await drop_expired(
