@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from api.engagement_models import EngagementOut
 from api.errors import encodable, shown
+from core.horizon import MAX_WAIT
 from providers.fcm import reserved_data_key
 from schema.enums import Channel, Platform, Priority
 
@@ -80,10 +81,7 @@ def check_device_token(platform: Platform, token: str) -> str:
 
 
 MAX_DATA_DEPTH = 32
-# A scheduled send keeps its day of the log past retention until it is final (clarion/
-# log_maintenance.py): one send a day scheduled for 9999 would keep every day of every tenant's log for
-# ever. Thirty days (the default retention) keeps a day at most twice as long.
-MAX_SCHEDULE_AHEAD = timedelta(days=30)
+MAX_SCHEDULE_AHEAD = MAX_WAIT  # core/horizon.py: a send waiting longer keeps its day of the log
 
 
 def check_text_tree(value: Any, *, field: str, max_depth: int = MAX_DATA_DEPTH) -> None:

@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
+from core.horizon import MAX_WAIT
 from core.limiter import build_rate_limiter
 from core.ratelimit import Allowed, ElasticPool, InvalidRule, LimitDecision, RateLimiter, RetryAfter, Rule
 from core.ratelimit_memory import MemoryRateLimiter
@@ -239,6 +240,17 @@ class ThrottleGate:
             )
         not_before = max(self._slot(key, rule, d) for _, key, rule, d in refused)
         spec = max(refused, key=lambda r: r[3].retry_after_ms)[0]
+        if not_before > self._clock() + MAX_WAIT:  # core/horizon.py: its day of the log would stay
+            return Outcome(
+                notification_id=row.id,
+                status=Status.throttled,
+                error_code="rate_limited",
+                error_message=(
+                    f"held by {spec.scope} rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s) "
+                    f"past {MAX_WAIT.days} days: not sent"
+                ),
+                detail=f"rule {spec.label}",
+            )
         return Outcome(
             notification_id=row.id,
             status=Status.delayed,

@@ -7,6 +7,7 @@ import uuid
 from datetime import timedelta
 
 from clarion.rules import RulesCache
+from core.horizon import MAX_WAIT
 from core.ratelimit_memory import MemoryRateLimiter
 from tests.fixtures.throttle_gate import DEVICE, HELLO, NOW, Table, admit_n, gate_for, notification, rule_row
 from workers.throttle import ThrottleGate
@@ -87,3 +88,19 @@ async def test_changed_rules_are_picked_up_after_the_refresh_interval() -> None:
     table.rules.clear()
     now_s[0] = 4.0
     assert await admit_n(gate, 2) == [None, None]
+
+
+async def test_a_backlog_held_past_the_horizon_is_throttled_not_delayed_for_years() -> None:
+    """A cap of one per 31 days with ``delay`` spreads a backlog a slot apart; each held send keeps
+    its day of the log, so a hold past ``MAX_WAIT`` ends the notification instead."""
+    month = 31 * 24 * 3600.0
+    gate = gate_for(rule_row(name="monthly", limit=1, period_s=month, action="delay"))
+    first, second, third = await admit_n(gate, 3)
+    assert first is None
+    assert second.status == "throttled" and second.detail == "rule monthly"  # 31 days > MAX_WAIT
+    assert "past 30 days" in second.error_message and third.status == "throttled"
+
+    weekly = gate_for(rule_row(limit=1, period_s=7 * 24 * 3600.0, action="delay"))
+    held = await admit_n(weekly, 6)
+    assert [o.status for o in held[1:]] == ["delayed"] * 4 + ["throttled"]  # 28 days held, then 35
+    assert held[4].not_before == NOW + timedelta(days=28) <= NOW + MAX_WAIT
