@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # against record). A skipped row needs no mark: the claim stamps ``queued_at`` itself (CLAIM), and
 # the relay republishes only rows still ``accepted`` without one. The skip costs 3-6 us of
 # PostgreSQL per id (/tmp-scripted A/B of 400-800 batches of 50 and 10 ids: 17.5 -> 20.5 and 37.7
-# -> 43.3 us), against ~550 us of PostgreSQL per notification in bench.e2e.
+# -> 43.3 us), against 300-550 us of PostgreSQL per notification in bench.e2e.
 MARK_PUBLISHED = """
     WITH free AS (
         SELECT id, created_at FROM notifications

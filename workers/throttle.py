@@ -226,8 +226,17 @@ class ThrottleGate:
         if not refused:
             return None
         dropping = [r for r in refused if r[0].action == "drop"]
+        not_before: datetime | None = None
+        if not dropping:
+            reserved = {key: self._next_slot.get(key) for _, key, _, _ in refused}
+            not_before = max(self._slot(key, rule, d) for _, key, rule, d in refused)
+            if not_before > self._clock() + MAX_WAIT:  # core/horizon.py: its day of the log would stay
+                self._next_slot.update((k, v) for k, v in reserved.items() if v is not None)
+                for k in [k for k, v in reserved.items() if v is None]:
+                    del self._next_slot[k]  # a notification not held keeps no slot
+                not_before = None
         for spec, _, _, _ in refused:
-            decision = "dropped" if dropping else "delayed"
+            decision = "delayed" if not_before is not None else "dropped"
             metrics.RATELIMIT_DECISIONS.labels(spec.metric_label, decision).inc()
         if dropping:
             spec = dropping[0][0]
@@ -238,9 +247,8 @@ class ThrottleGate:
                 error_message=f"dropped by {spec.scope} rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)",
                 detail=f"rule {spec.label}",
             )
-        not_before = max(self._slot(key, rule, d) for _, key, rule, d in refused)
         spec = max(refused, key=lambda r: r[3].retry_after_ms)[0]
-        if not_before > self._clock() + MAX_WAIT:  # core/horizon.py: its day of the log would stay
+        if not_before is None:
             return Outcome(
                 notification_id=row.id,
                 status=Status.throttled,

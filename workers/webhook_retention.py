@@ -4,7 +4,7 @@ Both tables grow with every send (``core.webhook_events``). ``clarion webhooks``
 ``maintain`` at start and every hour (several processes may: every step is idempotent). A day of
 ``webhook_deliveries`` still holding a pending delivery is kept whole until it is done.
 
-A delivery to an enabled endpoint is done within its retries (15 calls over about half a day), but
+A delivery to an enabled endpoint is done within its retries (15 calls, about 5 hours of backoff), but
 a disabled endpoint's deliveries wait for it to be enabled again, for ever: a tenant that disabled
 an endpoint holding pending deliveries every day would have kept every day of the table, every
 tenant's rows in it, for ever. So a delivery of a disabled (or deleted) endpoint still pending when

@@ -104,3 +104,22 @@ async def test_a_backlog_held_past_the_horizon_is_throttled_not_delayed_for_year
     held = await admit_n(weekly, 6)
     assert [o.status for o in held[1:]] == ["delayed"] * 4 + ["throttled"]  # 28 days held, then 35
     assert held[4].not_before == NOW + timedelta(days=28) <= NOW + MAX_WAIT
+
+
+async def test_a_notification_throttled_past_the_horizon_reserves_no_slot_for_the_next() -> None:
+    """Ten days on, a send behind a held one waits for its slot after it, not after the one that
+    was never held."""
+    elapsed = [0.0]
+    table = Table([rule_row(limit=1, period_s=20 * 24 * 3600.0, action="delay")])
+    gate = ThrottleGate(
+        rules=RulesCache(table.fetch),
+        limiter=MemoryRateLimiter(clock=lambda: 1_000.0 + elapsed[0]),
+        provider_name=lambda platform: platform or "twilio",
+        clock=lambda: NOW + timedelta(seconds=elapsed[0]),
+    )
+    first, held, past = await admit_n(gate, 3)
+    assert first is None and held.not_before == NOW + timedelta(days=20)
+    assert past.status == "throttled"  # its slot would be day 40: past MAX_WAIT
+    elapsed[0] = 10 * 24 * 3600.0
+    [later] = await admit_n(gate, 1)
+    assert later.status == "delayed" and later.not_before == NOW + timedelta(days=40)  # 30 days on
