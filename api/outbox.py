@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 # PostgreSQL's deadlock_timeout (1 s; two seen under load on 2026-11-28, outbox against claim and
 # against record). A skipped row needs no mark: the claim stamps ``queued_at`` itself (CLAIM), and
 # the relay republishes only rows still ``accepted`` without one. The skip costs 3-6 us of
-# PostgreSQL per id (/tmp-scripted A/B of 400-800 batches of 50 and 10 ids: 17.5 -> 20.5 and 37.7
-# -> 43.3 us), against 300-550 us of PostgreSQL per notification in bench.e2e.
+# PostgreSQL per id (``python -m bench.contention``, batches of 50 and 10 ids alternating with the
+# plain UPDATE: 17.5 -> 20.5 and 37.7 -> 43.3 us; 21.1 -> 24.5 and 56.1 -> 61.9 on a second run),
+# against 300-550 us of PostgreSQL per notification in bench.e2e.
 MARK_PUBLISHED = """
     WITH free AS (
         SELECT id, created_at FROM notifications

@@ -17,9 +17,9 @@ calls, and another tenant's deliveries to a healthy endpoint waited up to 41 s (
 with the breaker off; a helper's probe, 2026-11-28). The candidates are the first ``4 * limit``
 due deliveries of tenants not at their share, so a claim sorts no more than that, but it reads
 past a full tenant's due backlog, as it already read past a disabled endpoint's: 0.25 ms for a
-claim of 32 as before, 21.9 ms (median of 20) with a full tenant 100,000 due deliveries deep
-(``/tmp``-scripted against a fresh database). A per-tenant index walked tenant by tenant would
-not read the backlog; not built.
+claim of 32 as before, 12.5-21.9 ms (medians of 20, two runs) with a full tenant 100,000 due
+deliveries deep (``python -m bench.contention``). A per-tenant index walked tenant by tenant would not read the
+backlog; not built.
 """
 
 from __future__ import annotations
