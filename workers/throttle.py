@@ -233,7 +233,7 @@ class ThrottleGate:
             if not_before > self._clock() + MAX_WAIT:  # core/horizon.py: its day of the log would stay
                 self._next_slot.update((k, v) for k, v in reserved.items() if v is not None)
                 for k in [k for k, v in reserved.items() if v is None]:
-                    del self._next_slot[k]  # a notification not held keeps no slot
+                    self._next_slot.pop(k, None)  # a notification not held keeps no slot
                 not_before = None
         for spec, _, _, _ in refused:
             decision = "delayed" if not_before is not None else "dropped"
