@@ -16,7 +16,7 @@ import sys
 from pydantic import ValidationError
 
 from api.global_rules import delete_global_rule, list_global_rules, set_global_rule
-from api.rate_limits import RateLimitIn
+from api.rate_limits import RateLimitIn, RateLimitOut
 from clarion.settings import Settings
 from schema.db import create_engine
 from schema.enums import Channel
@@ -53,6 +53,14 @@ def _rule(args: argparse.Namespace) -> RateLimitIn:
     )  # fmt: skip
 
 
+def _line(r: RateLimitOut) -> str:
+    """One rule as ``list`` prints it: name, scope, rate, what it applies to."""
+    where = " ".join(f"{k}={v}" for k in ("channel", "category", "provider") if (v := getattr(r, k)))
+    rate = f"{r.limit}/{r.period_s:g}s burst={r.burst}"
+    state = "" if r.enabled else "  (disabled)"
+    return f"{r.name}  {r.scope}  {rate} {r.mode} {r.action} {where}{state}".rstrip()
+
+
 def run(args: argparse.Namespace, settings: Settings) -> None:
     """Run ``clarion limits ...``; what it did goes to stdout, a refusal to stderr (exit 1)."""
     try:
@@ -66,25 +74,15 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
         try:
             if args.action == "list":
                 for r in await list_global_rules(engine=engine):
-                    if args.json:
-                        print(r.model_dump_json())
-                    else:
-                        where = " ".join(
-                            f"{k}={v}" for k in ("channel", "category", "provider") if (v := getattr(r, k))
-                        )
-                        state = "" if r.enabled else "  (disabled)"
-                        print(
-                            f"{r.name}  {r.scope}  {r.limit}/{r.period_s:g}s burst={r.burst} {r.mode} {r.action} {where}{state}".rstrip()
-                        )
+                    print(r.model_dump_json() if args.json else _line(r))
             elif args.action == "set":
                 assert rule is not None
                 try:
                     stored, created = await set_global_rule(engine=engine, rule=rule)
                 except ValueError as exc:
                     sys.exit(f"clarion limits set: {exc}")
-                print(
-                    f"{'created' if created else 'replaced'} {stored.name}: {json.dumps(stored.model_dump(mode='json'))}"
-                )
+                done = "created" if created else "replaced"
+                print(f"{done} {stored.name}: {json.dumps(stored.model_dump(mode='json'))}")
             elif not await delete_global_rule(engine=engine, name=args.name):
                 sys.exit(f"clarion limits delete: no global rule named '{args.name}'")
             else:
