@@ -228,13 +228,12 @@ class ThrottleGate:
         dropping = [r for r in refused if r[0].action == "drop"]
         not_before: datetime | None = None
         if not dropping:
-            reserved = {key: self._next_slot.get(key) for _, key, _, _ in refused}
-            not_before = max(self._slot(key, rule, d) for _, key, rule, d in refused)
-            if not_before > self._clock() + MAX_WAIT:  # core/horizon.py: its day of the log would stay
-                self._next_slot.update((k, v) for k, v in reserved.items() if v is not None)
-                for k in [k for k, v in reserved.items() if v is None]:
-                    self._next_slot.pop(k, None)  # a notification not held keeps no slot
-                not_before = None
+            slots = {key: self._slot(key, rule, d) for _, key, rule, d in refused}
+            # Past the horizon (core/horizon.py: its day of the log would stay) it is not held, and
+            # a notification not held takes no slot from the ones behind it.
+            if max(slots.values()) <= self._clock() + MAX_WAIT:
+                not_before = max(slots.values())
+                self._reserve(slots)
         for spec, _, _, _ in refused:
             decision = "delayed" if not_before is not None else "dropped"
             metrics.RATELIMIT_DECISIONS.labels(spec.metric_label, decision).inc()
@@ -269,15 +268,20 @@ class ThrottleGate:
         )
 
     def _slot(self, key: str, rule: Rule, refusal: RetryAfter) -> datetime:
+        """When a notification held on ``key`` may go: after the limiter's wait and one emission
+        interval after the slot of the last one held there (not yet taken: ``_reserve``)."""
         now = self._clock()
         due = now + timedelta(milliseconds=refusal.retry_after_ms)
         previous = self._next_slot.get(key)
         if previous is not None and previous >= now:
             due = max(due, previous + timedelta(seconds=rule.period_s / rule.limit))
+        return due
+
+    def _reserve(self, slots: dict[str, datetime]) -> None:
+        now = self._clock()
         if len(self._next_slot) > 10_000:
             self._next_slot = {k: v for k, v in self._next_slot.items() if v >= now}
-        self._next_slot[key] = due
-        return due
+        self._next_slot.update(slots)
 
 
 def _spare_capacity_pool(pacing: list[Check], decisions: list[LimitDecision]) -> ElasticPool | None:
