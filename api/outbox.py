@@ -22,6 +22,7 @@ from clarion.kafka import Publisher
 from schema.enums import Channel, Priority
 from schema.ids import created_window
 from schema.messages import NotificationMessage
+from schema.shown_status import STAMP_QUEUED
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 # PostgreSQL per id (``python -m bench.contention``, batches of 50 and 10 ids alternating with the
 # plain UPDATE: 17.5 -> 20.5 and 37.7 -> 43.3 us; 21.1 -> 24.5 and 56.1 -> 61.9 on a second run),
 # against 300-550 us of PostgreSQL per notification in bench.e2e.
-MARK_PUBLISHED = """
+MARK_PUBLISHED = f"""
     WITH free AS (
         SELECT id, created_at FROM notifications
          WHERE id = ANY($1::uuid[]) AND created_at BETWEEN $2 AND $3
@@ -46,7 +47,7 @@ MARK_PUBLISHED = """
     )
     UPDATE notifications n
        SET published_at = now(),
-           queued_at = CASE WHEN n.status = 'accepted' THEN coalesce(n.queued_at, now()) ELSE n.queued_at END
+           {STAMP_QUEUED}
       FROM free
      WHERE n.id = free.id AND n.created_at = free.created_at
 """

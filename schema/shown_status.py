@@ -21,6 +21,13 @@ import sqlalchemy as sa
 
 from schema.enums import Status
 
+STAMP_QUEUED = (
+    "queued_at = CASE WHEN n.status = 'accepted' THEN coalesce(n.queued_at, now()) ELSE n.queued_at END"
+)
+"""The ``SET`` clause (on ``notifications n``) of both writers that record reaching the broker:
+the outbox's mark (``api/outbox.py``) and a worker's claim of a row the mark skipped
+(``workers/claim.py``). The first stamp stays."""
+
 SHOWN_STATUS_SQL = "CASE WHEN status = 'accepted' AND queued_at IS NOT NULL THEN 'queued' ELSE status END"
 """The shown status as a SQL expression over the bare columns (``GROUP BY`` in raw SQL)."""
 

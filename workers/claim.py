@@ -20,6 +20,7 @@ import asyncpg
 from clarion.rows import from_row
 from schema.enums import Channel, Priority
 from schema.ids import created_window
+from schema.shown_status import STAMP_QUEUED
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +91,10 @@ class ClaimedNotification:
 # A message taken from the broker was queued: the claim stamps ``queued_at`` on an ``accepted`` row
 # the API's outbox has not marked yet (the outbox skips rows a worker holds: api/outbox.py), so the
 # history still shows ``accepted -> queued -> sending``. The claim rewrites the row anyway.
-CLAIM = """
+CLAIM = f"""
 UPDATE notifications n
    SET status = 'sending',
-       queued_at = CASE WHEN n.status = 'accepted' THEN coalesce(n.queued_at, now()) ELSE n.queued_at END,
+       {STAMP_QUEUED},
        claims = least(n.claims + 1, 32767),
        lease_until = now() + make_interval(secs => $2),
        updated_at = now(),
