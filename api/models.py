@@ -81,7 +81,6 @@ def check_device_token(platform: Platform, token: str) -> str:
 
 
 MAX_DATA_DEPTH = 32
-MAX_SCHEDULE_AHEAD = MAX_WAIT  # core/horizon.py: a send waiting longer keeps its day of the log
 
 
 def check_text_tree(value: Any, *, field: str, max_depth: int = MAX_DATA_DEPTH) -> None:
@@ -165,16 +164,16 @@ class NotificationIn(Strict):
     )
     send_at: AwareDatetime | None = Field(
         default=None,
-        description=f"with a time zone, e.g. ...Z; at most {MAX_SCHEDULE_AHEAD.days} days ahead",
+        description=f"with a time zone, e.g. ...Z; at most {MAX_WAIT.days} days ahead",
     )
     expires_at: AwareDatetime | None = Field(default=None, description="with a time zone, e.g. ...Z")
 
     @field_validator("send_at")
     @classmethod
     def _near_enough(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value > datetime.now(UTC) + MAX_SCHEDULE_AHEAD:
+        if value is not None and value > datetime.now(UTC) + MAX_WAIT:
             raise ValueError(
-                f"a send may be scheduled at most {MAX_SCHEDULE_AHEAD.days} days ahead; "
+                f"a send may be scheduled at most {MAX_WAIT.days} days ahead; "
                 "keep later ones in your own scheduler"
             )
         return value

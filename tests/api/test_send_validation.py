@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.models import MAX_SCHEDULE_AHEAD
+from core.horizon import MAX_WAIT
 from harness.services import ApiServer
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
@@ -194,7 +194,7 @@ async def test_a_send_scheduled_past_the_horizon_is_a_422_naming_send_at(
     """A scheduled send keeps its day of the log past retention until it is final: one a day
     scheduled for 9999 would keep every day of the log for ever."""
     now = datetime.now(UTC)
-    for far in (now + MAX_SCHEDULE_AHEAD + timedelta(minutes=1), datetime(9999, 12, 31, tzinfo=UTC)):
+    for far in (now + MAX_WAIT + timedelta(minutes=1), datetime(9999, 12, 31, tzinfo=UTC)):
         error = assert_error(
             await client.post("/v1/notifications", json=email_send(send_at=far.isoformat())),
             422,
@@ -202,6 +202,6 @@ async def test_a_send_scheduled_past_the_horizon_is_a_422_naming_send_at(
         )
         assert any(d["field"] == "send_at" for d in error["details"]), error
     assert await count_notifications(engine, tenant.id) == 0
-    near = now + MAX_SCHEDULE_AHEAD - timedelta(minutes=1)
+    near = now + MAX_WAIT - timedelta(minutes=1)
     accepted = await client.post("/v1/notifications", json=email_send(send_at=near.isoformat()))
     assert accepted.status_code == 202 and accepted.json()["status"] == "scheduled", accepted.text
