@@ -92,6 +92,20 @@ async def test_a_cap_with_delay_sends_the_third_after_the_window_and_not_before(
     assert len(await sandbox_for(client, ids[2])) == 1  # sent once, however often it was held
 
 
+async def test_a_hold_past_the_horizon_ends_throttled_instead_of_delayed_for_a_month(
+    stack: Stack, client: httpx.AsyncClient
+) -> None:
+    """core/horizon.py: a held send keeps its day of the log, so a hold past 30 days is not made."""
+    await cap_push(stack, client, "1-per-31-days", limit=1, period_s=31 * 24 * 3600, action="delay")
+    first = await send(client, push_to("u-monthly"))
+    await wait_status(client, first, "sent")
+    second = await wait_final(client, await send(client, push_to("u-monthly")))
+    assert second["status"] == "throttled" and second["error"]["code"] == "rate_limited"
+    assert "past 30 days" in second["error"]["message"]
+    assert not [h for h in second["history"] if h["status"] == "delayed"]
+    assert await sandbox_for(client, second["id"]) == []
+
+
 async def test_provider_pacing_spaces_calls_to_the_provider(stack: Stack, client: httpx.AsyncClient) -> None:
     await add_rule(
         stack,
