@@ -22,9 +22,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncio
+
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from api.errors import MAX_HEADER_BYTES
+from api.turn_writes import TurnWriter
 
 # Room for the request line and the header names next to MAX_HEADER_BYTES (which counts names and
 # values): a head that passes the middleware's check never reaches this limit.
@@ -59,6 +62,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_bytes = 0  # bytes received since the last head was completed
         self._in_head = True
+        self._writer: TurnWriter | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._writer = TurnWriter(transport, self.loop)
 
     def data_received(self, data: bytes) -> None:
         self._head_bytes += len(data)
@@ -75,6 +83,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         super().on_headers_complete()
+        if self._writer is not None:  # the response's head and body in one write (api/turn_writes.py)
+            self.cycle.transport = self._writer  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
