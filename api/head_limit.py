@@ -19,10 +19,9 @@ itself) gets a 400 in the API's error shape rather than uvicorn's plain-text one
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
-
-import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 

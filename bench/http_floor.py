@@ -87,7 +87,9 @@ async def main(seconds: float, concurrency: int, protocol: str) -> None:
     finally:
         server.terminate()
         server.wait(10)
-    print(f"bare ASGI app on {protocol}'s protocol (httptools, uvloop), wrk {seconds:g} s, {concurrency} connections")
+    print(
+        f"bare ASGI app on {protocol}'s protocol (httptools, uvloop), wrk {seconds:g} s, {concurrency} connections"
+    )
     print(f"{'requests/s':40} {load.sent / load.elapsed_s:10.0f}")
     print(f"{'latency p50 / p99 (ms)':40} {load.p50_s * 1000:5.1f} / {load.p99_s * 1000:.1f}")
     print(f"{'server CPU ms per request':40} {used * 1000 / load.sent:10.3f}")
