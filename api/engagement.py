@@ -23,14 +23,11 @@ from api.engagement_models import EngagementIn, EngagementRecorded
 from api.errors import ApiError
 from clarion import metrics
 from clarion.engagement_tokens import InvalidToken, verify_engagement_token
-from core.engagement import EngagementEvent, Recorded, record_engagement
+from core.engagement import MAX_LINKS, EngagementEvent, Recorded, record_engagement
 from schema.enums import EngagementType
 
 _FIND = "SELECT channel, created_at FROM notifications WHERE id = $1 AND tenant_id = $2"
 # Every read names the notification's created_at: the partition key, so one day is probed.
-# Distinct links one notification's reported clicks may name: a device holds its token for a month,
-# and each new link is a row (SendGrid's clicks name the email's own links, a bounded set).
-MAX_LINKS = 100
 _LINKS = """
 SELECT count(*) FILTER (WHERE link = $3) AS same, count(*) AS links FROM engagement
  WHERE notification_id = $1 AND type = 'clicked' AND tenant_id = $2 AND notification_created_at = $4

@@ -20,7 +20,7 @@ _u = User.__table__  # type: ignore[attr-defined]
 _a = DeliveryAttempt.__table__  # type: ignore[attr-defined]
 _s = SandboxMessage.__table__  # type: ignore[attr-defined]
 _e = Engagement.__table__  # type: ignore[attr-defined]
-MAX_SHOWN = 200  # engagement rows shown: the types, and clicks on at most api.engagement.MAX_LINKS links
+MAX_SHOWN = 200  # engagement rows shown: the types, and clicks on at most core.engagement.MAX_LINKS links
 
 
 def notification_out(row: Any, attempts: list[Any], engagement: list[Any] | None = None) -> NotificationOut:

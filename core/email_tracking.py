@@ -10,6 +10,15 @@ decoded (``&amp;`` in a query string is ``&`` in the URL) and written back escap
 The rewriting is a regular expression over the body with bounded repeats, so at most a few hundred
 steps per character (the renderer caps a body at 100,000 characters): no HTML parser's quirks to keep in step with, and a body that is not HTML
 at all comes out unchanged.
+
+What a body costs is bounded whatever its tenant writes: a link's click URL is made once per body
+however often the link appears, at most ``MAX_LINKS`` distinct links are tracked (clicks on more
+are not recorded, ``core.engagement``) and at most ``MAX_TRACKED_HREFS`` links rewritten; the rest
+are left as written and still work. Before (2026-11-28, a helper's probe): one tenant's inline
+emails of 60,000 characters holding 2,400 links took 53 ms of the shared email worker each, a click
+token per link, and another tenant's email waited 34 s at the median behind them. The same body
+on an idle machine, with real tokens: 21.7 -> 2.1 ms and 420 -> 138 KB out (one link 2,400 times),
+18.3 -> 4.5 ms and 370 -> 76 KB (2,400 distinct links).
 """
 
 from __future__ import annotations
@@ -18,7 +27,10 @@ import html
 import re
 from collections.abc import Callable
 
+from core.engagement import MAX_LINKS
+
 MAX_LINK_CHARS = 2048
+MAX_TRACKED_HREFS = 500  # links rewritten in one body, repeats included
 # Found from each ``href=`` back to its tag (``str.rfind``, in C) rather than from each ``<a``
 # forward: a body of 33,000 unclosed ``<a `` took 1.1 s with a tag-first pattern (every candidate
 # scanned up to its bound), this way 100 KB of it takes milliseconds. Values are bounded: a link
@@ -52,9 +64,15 @@ def track_html(
     open_url: str,
     keep: Callable[[str], bool] = lambda url: False,
 ) -> str:
-    """``body`` with its web links going through ``click_url(link)`` and the pixel ``open_url``."""
+    """``body`` with its web links going through ``click_url(link)`` (called once per distinct
+    link, for at most ``MAX_LINKS`` of them) and the pixel ``open_url``."""
+    clicks: dict[str, str] = {}  # link -> its click URL, escaped
+    rewritten = 0
 
     def rewrite(match: re.Match[str]) -> str:
+        nonlocal rewritten
+        if rewritten >= MAX_TRACKED_HREFS:
+            return match.group(0)
         start = match.start()
         tag = body.rfind("<", max(0, start - _TAG_BACK), start)
         if tag < 0 or not _A_TAG.match(body, tag) or ">" in body[tag:start]:
@@ -62,8 +80,13 @@ def track_html(
         url = html.unescape(match.group(2)).strip()
         if not trackable(url) or keep(url):
             return match.group(0)
+        if url not in clicks:
+            if len(clicks) >= MAX_LINKS:
+                return match.group(0)
+            clicks[url] = html.escape(click_url(url), quote=True)
+        rewritten += 1
         head = body[start : match.start(2)]  # ``href = "``, as written
-        return f"{head}{html.escape(click_url(url), quote=True)}{match.group(1)}"
+        return f"{head}{clicks[url]}{match.group(1)}"
 
     tracked = _HREF.sub(rewrite, body)
     pixel = (

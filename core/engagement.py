@@ -36,6 +36,9 @@ from core.webhook_events import WebhookEventIn, enqueue_events
 from schema.enums import EngagementType
 
 MAX_LINK_BYTES = 2048
+# Distinct links one notification's clicks may name: a device holds its token for a month, and each
+# new link is a row (api/engagement.py refuses the next); Clarion's tracking rewrites no more.
+MAX_LINKS = 100
 SEEN_KEPT = 64
 MAX_MARKER_CHARS = 200
 

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.engagement import MAX_LINKS
+from core.engagement import MAX_LINKS
 from harness.services import ApiServer, api_client
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error, refused

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from clarion.tracking_tokens import InvalidToken, make_tracking_token, verify_tracking_token
-from core.email_tracking import MAX_LINK_CHARS, track_html
+from core.email_tracking import MAX_LINK_CHARS, MAX_TRACKED_HREFS, track_html
+from core.engagement import MAX_LINKS
 
 NID = uuid.UUID("0193a8c2-0000-7000-8000-000000000001")
 
@@ -91,6 +92,33 @@ def test_the_open_pixel_goes_before_the_last_body_end_or_at_the_end() -> None:
 def test_a_hostile_body_is_not_quadratic(body: str) -> None:
     out = tracked(body)  # with unbounded repeats each of these took minutes
     assert out.count("c.example/t/c/") <= 1
+
+
+def test_a_link_repeated_is_given_one_click_url() -> None:
+    made: list[str] = []
+
+    def click_url(link: str) -> str:
+        made.append(link)
+        return f"https://c.example/t/c/{len(made)}"
+
+    body = '<a href="https://a.example/">x</a><a href="https://b.example/">y</a>' * 200
+    out = track_html(body, click_url=click_url, open_url="https://c.example/t/o/P")
+    assert made == ["https://a.example/", "https://b.example/"]
+    assert out.count('"https://c.example/t/c/1"') == out.count('"https://c.example/t/c/2"') == 200
+
+
+def test_at_most_max_links_distinct_links_are_tracked_the_rest_left_as_written() -> None:
+    body = "".join(f'<a href="https://s.example/{i}">{i}</a>' for i in range(MAX_LINKS + 20))
+    out = tracked(body)
+    assert out.count("c.example/t/c/") == MAX_LINKS
+    assert '<a href="https://s.example/100">' in out and '<a href="https://s.example/119">' in out
+    assert '<a href="https://c.example/t/c/s.example_99">' in out
+
+
+def test_at_most_max_tracked_hrefs_links_are_rewritten_however_few_distinct() -> None:
+    out = tracked('<a href="https://s.example/">x</a>' * (MAX_TRACKED_HREFS + 50))
+    assert out.count("c.example/t/c/") == MAX_TRACKED_HREFS
+    assert out.count('<a href="https://s.example/">') == 50
 
 
 def test_tokens_carry_their_link_and_refuse_any_change() -> None:
