@@ -9,6 +9,7 @@ Errors (``ApiError``)::
     403 invalid_token   the device's token is forged, expired or malformed
     404 not_found       no such notification for this tenant (another tenant's id too)
     422 too_many_links  a click on a new link past the MAX_LINKS this notification has
+    422 too_many_reports  a new report past the MAX_COUNTED its (type, link) has counted
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from api.engagement_models import EngagementIn, EngagementRecorded
 from api.errors import ApiError
 from clarion import metrics
 from clarion.engagement_tokens import InvalidToken, verify_engagement_token
-from core.engagement import MAX_LINKS, EngagementEvent, Recorded, record_engagement
+from core.engagement import MAX_COUNTED, MAX_LINKS, EngagementEvent, Recorded, record_engagement
 from schema.enums import EngagementType
 
 _FIND = "SELECT channel, created_at FROM notifications WHERE id = $1 AND tenant_id = $2"
@@ -88,6 +89,12 @@ async def report_engagement(
             marker=f"report:{report.type.value}:{occurred}:{link}",
         )
         recorded = await record_engagement(conn=conn, events=[event])
+        if recorded[0].capped:
+            raise ApiError(
+                422, "too_many_reports",
+                f"This notification already has {MAX_COUNTED} reports of {event.type.value}"
+                + (" on this link." if link else "."),
+            )  # fmt: skip
         row = await conn.fetchrow(
             _ROW, notification_id, event.type.value, link, tenant_id, found["created_at"]
         )

@@ -8,12 +8,15 @@ push's token; later Clarion's own email tracking) reports an :class:`EngagementE
 Guarantees:
 
 - idempotent under replays: an event whose ``marker`` (a provider event id, Twilio's sid and
-  status, an API report's type/link/time) is among the row's last ``SEEN_KEPT`` markers changes
-  nothing and comes back as not ``counted``;
+  status, an API report's type/link/time) is among the row's markers changes nothing and comes
+  back as not ``counted``. A row counts at most ``MAX_COUNTED`` reports, so it keeps the marker of
+  every report it counted: past that, a report is ``capped``, not counted and no webhook event.
+  (Until 2026-11-28 a row kept its last 64 markers and counted on: a helper replayed report 1 after
+  70 others and it counted again, and anyone holding a tracked link made a webhook event per hit);
 - never touches the notification's status: engagement is recorded beside the delivery status,
   so a late ``opened`` never regresses a ``failed`` or a ``sent``;
 - bounded: a link is at most ``MAX_LINK_BYTES`` (callers cut or refuse longer ones), the markers
-  kept per row at most ``SEEN_KEPT``; ``count`` saturates at 2**31 - 1.
+  kept per row at most ``MAX_COUNTED``, and so its ``count``.
 
 - each counted report is also a ``notification.<type>`` webhook event (``core.webhook_events``),
   logged in the same transaction;
@@ -39,7 +42,7 @@ MAX_LINK_BYTES = 2048
 # Distinct links one notification's clicks may name: a device holds its token for a month, and each
 # new link is a row (api/engagement.py refuses the next); Clarion's tracking rewrites no more.
 MAX_LINKS = 100
-SEEN_KEPT = 64
+MAX_COUNTED = 64  # reports counted per (notification, type, link): opens and clicks of one person
 MAX_MARKER_CHARS = 200
 
 
@@ -63,6 +66,7 @@ class Recorded:
 
     event: EngagementEvent
     counted: bool
+    capped: bool = False  # not counted because the row has counted MAX_COUNTED reports already
 
 
 def cut_link(link: str) -> str:
@@ -81,11 +85,16 @@ SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz, $6::timestamptz,
 ON CONFLICT (notification_id, type, link, tenant_id, notification_created_at) DO UPDATE
    SET first_at = least(e.first_at, excluded.first_at),
        last_at = greatest(e.last_at, excluded.last_at),
-       count = least(e.count::bigint + 1, 2147483647)::int,
-       seen = (e.seen || excluded.seen)[greatest(1, cardinality(e.seen) + cardinality(excluded.seen)
-                                                    - {SEEN_KEPT} + 1):]
- WHERE $8::text IS NULL OR NOT ($8::text = ANY(e.seen))
+       count = e.count + 1,
+       seen = e.seen || excluded.seen
+ WHERE ($8::text IS NULL OR NOT ($8::text = ANY(e.seen))) AND e.count < {MAX_COUNTED}
 RETURNING e.count = 1 AS inserted  -- an update makes it 2 or more (xmax is not there on a partitioned table)
+"""
+# Why an event was not counted: a replay (its marker is kept) or the row is full.
+_CAPPED = """
+SELECT count >= $6 AND ($5::text IS NULL OR NOT ($5::text = ANY(seen))) FROM engagement
+ WHERE notification_id = $1 AND type = $2 AND link = $3 AND tenant_id = $4
+   AND notification_created_at = $7
 """
 # The notification's analytics key, for the first event of a type (core.analytics).
 _KEY = """
@@ -120,7 +129,14 @@ async def record_engagement(*, conn: asyncpg.Connection, events: list[Engagement
             event.source,
             marker,
         )
-        recorded.append(Recorded(event=event, counted=inserted is not None))
+        if inserted is None:
+            capped = await conn.fetchval(
+                _CAPPED, event.notification_id, event.type.value, cut_link(event.link), event.tenant_id,
+                marker, MAX_COUNTED, event.notification_created_at,
+            )  # fmt: skip
+            recorded.append(Recorded(event=event, counted=False, capped=bool(capped)))
+            continue
+        recorded.append(Recorded(event=event, counted=True))
         if inserted:
             await _count_first(conn, event)
     # The tenant's webhooks, in the same transaction: a counted report is an event, a replay is not.

@@ -10,7 +10,7 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.engagement import SEEN_KEPT
+from core.engagement import MAX_COUNTED
 from harness.services import ApiServer, api_client
 from tests.conftest import METRICS_TOKEN, TenantInfo
 from tests.fixtures.answers import scrape
@@ -63,7 +63,7 @@ async def test_the_same_report_sent_concurrently_is_counted_once(
     assert await rows(engine, nid) == [("opened", "", 1)]
 
 
-async def test_the_replay_markers_a_row_keeps_are_bounded(
+async def test_a_row_counts_at_most_max_counted_reports_and_recognises_every_one_it_counted(
     client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
     nid, _ = await sent_notification(engine, tenant, channel="push")
@@ -73,11 +73,10 @@ async def test_the_replay_markers_a_row_keeps_are_bounded(
             {"n": nid},
         )
     start = datetime.now(UTC) - timedelta(minutes=30)
-    for i in range(SEEN_KEPT + 16):
-        at = (start + timedelta(seconds=i)).isoformat()
-        assert (
-            await client.post(events_url(nid), json={"type": "opened", "occurred_at": at})
-        ).status_code == 200
+    times = [(start + timedelta(seconds=i)).isoformat() for i in range(MAX_COUNTED + 16)]
+    answers = [await client.post(events_url(nid), json={"type": "opened", "occurred_at": at}) for at in times]
+    assert [a.status_code for a in answers] == [200] * MAX_COUNTED + [422] * 16
+    assert {a.json()["error"]["code"] for a in answers[MAX_COUNTED:]} == {"too_many_reports"}
     async with engine.connect() as conn:
         count, kept = (
             await conn.execute(
@@ -85,7 +84,13 @@ async def test_the_replay_markers_a_row_keeps_are_bounded(
                 {"n": nid},
             )
         ).one()
-    assert (count, kept) == (SEEN_KEPT + 16, SEEN_KEPT)
-    latest = (start + timedelta(seconds=SEEN_KEPT + 15)).isoformat()
-    again = await client.post(events_url(nid), json={"type": "opened", "occurred_at": latest})
-    assert again.json()["duplicate"] is True  # the latest replays are still recognised
+    assert (count, kept) == (MAX_COUNTED, MAX_COUNTED)
+    # A replay of the first report after all the others is still a replay (it counted again before
+    # 2026-11-28: the row kept only its last 64 markers), and so is the last counted one.
+    for at in (times[0], times[MAX_COUNTED - 1]):
+        again = await client.post(events_url(nid), json={"type": "opened", "occurred_at": at})
+        assert (again.status_code, again.json()["duplicate"], again.json()["count"]) == (
+            200,
+            True,
+            MAX_COUNTED,
+        )
