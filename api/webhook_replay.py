@@ -6,8 +6,14 @@ endpoint subscribes to, logged at or after it, oldest first, at most ``MAX_REPLA
 answer's ``next_since`` continues) or of one event (``event_id``, whatever its type). Events are
 kept ``CLARION_WEBHOOK_RETENTION_DAYS``.
 
+What a replay may add is bounded: an event already pending for the endpoint is not queued again
+(``replayed`` counts only what was added), and an endpoint holds at most ``MAX_REPLAY`` pending
+replayed deliveries; a replay past that is a 409 until some are delivered. Before (2026-11-28, a
+helper's probe), four loops replaying 400 events added 476,400 rows (151 MB) in 10 s.
+
 Errors: ``ApiError`` 404 ``not_found`` (no such endpoint or event for this tenant), 409
-``endpoint_disabled`` (enable it first), 422 ``validation_error``.
+``endpoint_disabled`` (enable it first), 409 ``replay_backlog`` (``MAX_REPLAY`` replays pending),
+422 ``validation_error``.
 """
 
 from __future__ import annotations
@@ -74,11 +80,23 @@ class DeliveryOut(BaseModel):
 
 
 _ENDPOINT = sa.text("SELECT enabled, event_types FROM webhook_endpoints WHERE id = :e AND tenant_id = :t")
-_REPLAY_SINCE = sa.text(
+_ONE_AT_A_TIME = sa.text("SELECT pg_advisory_xact_lock(hashtextextended('webhook-replay:' || :e, 0))")
+# Both read ix_webhook_deliveries_pending_endpoint (pending rows only, migration 0013).
+_PENDING_REPLAYS = sa.text(
     """
+    SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries
+                           WHERE endpoint_id = :e AND state = 'pending' AND replay LIMIT :limit) p
+    """
+)
+_NOT_PENDING = """
+NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+             WHERE d.endpoint_id = CAST(:e AS uuid) AND d.event_id = webhook_events.id AND d.state = 'pending')
+"""
+_REPLAY_SINCE = sa.text(
+    f"""
     WITH picked AS (
         SELECT id, type, body, created_at FROM webhook_events
-         WHERE tenant_id = :t AND created_at >= :since AND type = ANY(:types)
+         WHERE tenant_id = :t AND created_at >= :since AND type = ANY(:types) AND {_NOT_PENDING}
          ORDER BY created_at, id LIMIT :limit
     ), queued AS (
         INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body, replay)
@@ -86,6 +104,12 @@ _REPLAY_SINCE = sa.text(
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM queued) AS n, (SELECT max(created_at) FROM picked) AS last
+    """
+)
+_FIND_ONE = sa.text(
+    f"""
+    SELECT {_NOT_PENDING} AS fresh FROM webhook_events
+     WHERE tenant_id = :t AND id = :id AND created_at BETWEEN :lo AND :hi
     """
 )
 _REPLAY_ONE = sa.text(
@@ -105,6 +129,15 @@ async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, requ
             raise ApiError(404, "not_found", f"No webhook endpoint {endpoint_id}.")
         if not endpoint.enabled:
             raise ApiError(409, "endpoint_disabled", "The endpoint is disabled: enable it, then replay.")
+        # One replay of an endpoint at a time: the next one's statements see what this one queued.
+        await conn.execute(_ONE_AT_A_TIME, {"e": str(endpoint_id)})
+        pending = (await conn.execute(_PENDING_REPLAYS, {"e": endpoint_id, "limit": MAX_REPLAY})).scalar_one()
+        room = MAX_REPLAY - pending
+        if room <= 0:
+            raise ApiError(
+                409, "replay_backlog",
+                f"The endpoint has {MAX_REPLAY} replayed deliveries pending: replay again once they are delivered.",
+            )  # fmt: skip
         if request.event_id is not None:
             try:
                 # The id is a UUIDv7: its time names the one to three daily partitions to search.
@@ -113,12 +146,15 @@ async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, requ
             except (ValueError, OverflowError):  # a time no event has: past 9999 or at its edge
                 raise ApiError(404, "not_found", f"No webhook event {request.event_id}.") from None
             params = {"e": endpoint_id, "t": tenant_id, "id": request.event_id}
-            if not (await conn.execute(_REPLAY_ONE, params | window)).rowcount:
+            fresh = (await conn.execute(_FIND_ONE, params | window)).scalar_one_or_none()
+            if fresh is None:
                 raise ApiError(404, "not_found", f"No webhook event {request.event_id}.")
-            return ReplayOut(replayed=1, next_since=None)
-        params = {"e": endpoint_id, "t": tenant_id, "since": request.since, "limit": MAX_REPLAY}
+            if fresh:
+                await conn.execute(_REPLAY_ONE, params | window)
+            return ReplayOut(replayed=int(fresh), next_since=None)
+        params = {"e": endpoint_id, "t": tenant_id, "since": request.since, "limit": room}
         row = (await conn.execute(_REPLAY_SINCE, params | {"types": list(endpoint.event_types)})).one()
-    more = row.n >= MAX_REPLAY
+    more = row.n >= room
     # Continue after the last one queued (created_at is microseconds; ties at that instant repeat).
     next_since = row.last + timedelta(microseconds=1) if more and row.last is not None else None
     return ReplayOut(replayed=row.n, next_since=next_since)

@@ -67,6 +67,12 @@ class WebhookDelivery(SQLModel, table=True):
             postgresql_where=sa.text("state = 'pending'"),
         ),
         sa.Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at"),
+        sa.Index(  # a replay's dedupe and bound (api/webhook_replay.py, migration 0013)
+            "ix_webhook_deliveries_pending_endpoint",
+            "endpoint_id",
+            "event_id",
+            postgresql_where=sa.text("state = 'pending'"),
+        ),
         {"postgresql_partition_by": "RANGE (created_at)"},
     )
     id: uuid.UUID = Field(primary_key=True)
