@@ -92,7 +92,7 @@ class TemplateOut(BaseModel):
     created_at: datetime
 
 
-def _out(row: Any) -> TemplateOut:
+def template_out(row: Any) -> TemplateOut:
     push = row.channel == Channel.push.value
     return TemplateOut(
         name=row.name,
@@ -178,7 +178,7 @@ async def create_template(
                 .returning(_templates)
             )
         ).one()
-    return _out(row)
+    return template_out(row)
 
 
 async def activate_template(
@@ -212,20 +212,4 @@ async def activate_template(
         activated = (
             await conn.execute(sa.select(_templates).where(*same, _templates.c.version == target.version))
         ).one()
-    return _out(activated)
-
-
-async def list_templates(
-    *, engine: AsyncEngine, tenant_id: str, name: str | None = None, channel: Channel | None = None
-) -> list[TemplateOut]:
-    """Every version of the tenant's templates (optionally of one name / channel), newest first."""
-    query = sa.select(_templates).where(_templates.c.tenant_id == tenant_id)
-    if name is not None:
-        query = query.where(_templates.c.name == name)
-    if channel is not None:
-        query = query.where(_templates.c.channel == channel.value)
-    query = query.order_by(
-        _templates.c.name, _templates.c.channel, _templates.c.locale, _templates.c.version.desc()
-    )
-    async with engine.connect() as conn:
-        return [_out(r) for r in (await conn.execute(query)).all()]
+    return template_out(activated)

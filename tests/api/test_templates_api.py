@@ -160,3 +160,62 @@ async def test_creating_templates_needs_the_admin_scope(api: Any, engine: Any) -
     sender = await make_tenant(engine, scopes=("send", "read"))
     async with api_client(api.url, sender.key) as c:
         assert_error(await c.post("/v1/templates", json=sms_template()), 403, "forbidden")
+
+
+async def test_versions_are_listed_a_page_at_a_time_with_a_link_to_the_next(
+    client: httpx.AsyncClient,
+) -> None:
+    for i in range(4):
+        assert (
+            await client.post(
+                "/v1/templates", json=sms_template(name="paged_a", body=f"A{i} {{{{ name }}}} {{{{ time }}}}")
+            )
+        ).status_code == 201
+    for i in range(3):
+        assert (
+            await client.post(
+                "/v1/templates", json=sms_template(name="paged_b", body=f"B{i} {{{{ name }}}} {{{{ time }}}}")
+            )
+        ).status_code == 201
+    whole = (await client.get("/v1/templates", params={"limit": 50})).json()
+    expected = [(t["name"], t["version"]) for t in whole if t["name"].startswith("paged_")]
+    assert expected == [
+        ("paged_a", 4),
+        ("paged_a", 3),
+        ("paged_a", 2),
+        ("paged_a", 1),
+        ("paged_b", 3),
+        ("paged_b", 2),
+        ("paged_b", 1),
+    ]
+
+    seen: list[tuple[str, int]] = []
+    url: str | None = "/v1/templates/paged_a"
+    params: dict[str, Any] | None = {"limit": 3}
+    pages = 0
+    while url is not None:
+        page = await client.get(url, params=params)
+        assert page.status_code == 200, page.text
+        seen += [(t["name"], t["version"]) for t in page.json()]
+        url, params, pages = page.links.get("next", {}).get("url"), None, pages + 1
+    assert (seen, pages) == (expected[:4], 2)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"cursor": "x"},
+        {"cursor": "W10"},
+        {"cursor": "WyJhIiwiYiIsImMiLCJkIl0"},
+        {"cursor": "%%%"},
+        {"limit": 0},
+        {"limit": 51},
+        {"cursor": "a" * 1025},
+    ],
+)
+async def test_a_page_past_the_limits_or_a_cursor_not_issued_is_a_422(
+    client: httpx.AsyncClient, params: dict[str, Any]
+) -> None:
+    answer = await client.get("/v1/templates", params=params)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] in {"invalid_cursor", "validation_error"}

@@ -25,6 +25,7 @@ from clarion_client._core import retry_after_s
 from clarion_client.models import SCHEMAS, EngagementReport, Notification, Recipient
 from pydantic import BaseModel
 
+from api.template_list import MAX_PAGE
 from harness.services import ApiServer, wait_until
 from tests.conftest import TenantInfo
 
@@ -132,6 +133,18 @@ async def test_users_preferences_and_templates_with_the_async_client(
         assert preview.body == "Welcome Ada" and preview.version == created.version
         assert "welcome_back" in {t.name for t in await clarion.list_templates("email")}
         assert (await clarion.get_template("welcome_back"))[0].version == created.version
+        for i in range(MAX_PAGE):  # past one page: the client follows the API's Link to the next
+            await clarion.create_template(
+                {
+                    "name": "welcome_back",
+                    "channel": "email",
+                    "subject": "Hi",
+                    "body": f"v{i}",
+                    "activate": False,
+                }
+            )
+        versions = [t.version for t in await clarion.get_template("welcome_back")]
+        assert versions == list(range(MAX_PAGE + 1, 0, -1))
 
         later = datetime.now(UTC) + timedelta(days=1)
         accepted = await clarion.send(first_send().model_copy(update={"send_at": later}))

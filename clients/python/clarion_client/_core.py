@@ -54,6 +54,12 @@ def parse(call: Call, response: httpx.Response) -> Any:
     return TypeAdapter(call.parse).validate_json(response.content)
 
 
+def next_page(call: Call, response: httpx.Response) -> Call | None:
+    """The next page of a listing, when the answer names one (``Link: <...>; rel="next"``)."""
+    link = response.links.get("next")
+    return Call("GET", link["url"], parse=call.parse) if link else None
+
+
 def retry_after_s(response: httpx.Response, attempt: int, *, base_s: float, max_s: float) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): the server's ``Retry-After`` (seconds or
     an HTTP date) when it sends one, else exponential backoff; never more than ``max_s``."""

@@ -19,6 +19,7 @@ from clarion_client._core import (
     Progress,
     chunks,
     headers,
+    next_page,
     parse,
     progress_callback,
     raise_for,
@@ -75,13 +76,26 @@ class AsyncClarion:
         await self._http.aclose()
 
     async def _do(self, call: Call) -> Any:
+        return parse(call, await self._answer(call))
+
+    async def _all(self, call: Call) -> list[Any]:
+        """Every page of a listing: ``call``, then each page its answer's ``Link`` names next."""
+        items: list[Any] = []
+        page: Call | None = call
+        while page is not None:
+            response = await self._answer(page)
+            items += parse(page, response)
+            page = next_page(page, response)
+        return items
+
+    async def _answer(self, call: Call) -> httpx.Response:
         attempt = 0
         while True:
             attempt += 1
             response = await self._http.request(call.method, call.path, content=call.body, params=call.params)
             if not should_retry(response, attempt, self.max_retries):
                 raise_for(response)
-                return parse(call, response)
+                return response
             await asyncio.sleep(
                 retry_after_s(response, attempt, base_s=self.backoff_s, max_s=self.max_retry_wait_s)
             )
@@ -152,11 +166,11 @@ class AsyncClarion:
         return result
 
     async def list_templates(self, channel: str | None = None) -> list[Template]:
-        result: list[Template] = await self._do(calls.list_templates(channel))
+        result: list[Template] = await self._all(calls.list_templates(channel))
         return result
 
     async def get_template(self, name: str, channel: str | None = None) -> list[Template]:
-        result: list[Template] = await self._do(calls.get_template(name, channel))
+        result: list[Template] = await self._all(calls.get_template(name, channel))
         return result
 
     async def preview_template(self, name: str, preview: PreviewIn | dict[str, Any]) -> Preview:

@@ -24,6 +24,7 @@ from clarion_client._core import (
     Progress,
     chunks,
     headers,
+    next_page,
     parse,
     progress_callback,
     raise_for,
@@ -80,13 +81,26 @@ class Clarion:
         self._http.close()
 
     def _do(self, call: Call) -> Any:
+        return parse(call, self._answer(call))
+
+    def _all(self, call: Call) -> list[Any]:
+        """Every page of a listing: ``call``, then each page its answer's ``Link`` names next."""
+        items: list[Any] = []
+        page: Call | None = call
+        while page is not None:
+            response = self._answer(page)
+            items += parse(page, response)
+            page = next_page(page, response)
+        return items
+
+    def _answer(self, call: Call) -> httpx.Response:
         attempt = 0
         while True:
             attempt += 1
             response = self._http.request(call.method, call.path, content=call.body, params=call.params)
             if not should_retry(response, attempt, self.max_retries):
                 raise_for(response)
-                return parse(call, response)
+                return response
             time.sleep(retry_after_s(response, attempt, base_s=self.backoff_s, max_s=self.max_retry_wait_s))
 
     # Notifications
@@ -164,11 +178,11 @@ class Clarion:
         return result
 
     def list_templates(self, channel: str | None = None) -> list[Template]:
-        result: list[Template] = self._do(calls.list_templates(channel))
+        result: list[Template] = self._all(calls.list_templates(channel))
         return result
 
     def get_template(self, name: str, channel: str | None = None) -> list[Template]:
-        result: list[Template] = self._do(calls.get_template(name, channel))
+        result: list[Template] = self._all(calls.get_template(name, channel))
         return result
 
     def preview_template(self, name: str, preview: PreviewIn | dict[str, Any]) -> Preview:
