@@ -92,14 +92,14 @@ async def drop_expired(
     parent: str,
     today: dt.date,
     retention_days: int,
-    live_filter: str | None = None,
+    live_filter: str | Callable[[DayRange], str] | None = None,
     before_drop: Callable[[dt.date], Awaitable[list[str]]] | None = None,
 ) -> list[str]:
     """Drop each partition wholly older than ``today - retention_days`` (its last day before it);
     return the names (``before_drop``'s first, partition by partition).
 
     ``live_filter`` is a SQL condition on the partition's rows (e.g. ``status = ANY(...)`` for
-    non-terminal notifications): a partition holding any such row is kept whole, so a send
+    non-terminal notifications), or a function of the partition's days giving one: a partition holding any such row is kept whole, so a send
     scheduled a month out is never lost; it goes on a later run once its rows are terminal.
     Dropping is ``DETACH`` (with ``before_drop``, which detaches the tables whose days go with
     this one, in one short transaction) then ``DROP`` of each detached table on its own: no
@@ -113,9 +113,8 @@ async def drop_expired(
     for name, days in await existing_ranges(conn, parent=parent):
         if days.end > cutoff:
             break
-        if live_filter is not None and await conn.fetchval(
-            f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live_filter})"
-        ):
+        live = live_filter(days) if callable(live_filter) else live_filter
+        if live is not None and await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live})"):
             continue
         started = time.perf_counter()
         detached = await _detach_with(conn, parent=parent, name=name, day=days.start, before_drop=before_drop)
