@@ -67,22 +67,39 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._writer = TurnWriter(transport, self.loop)
 
+    def flush(self) -> None:
+        """Write what a response left for the end of this turn (``api/turn_writes.py``) now: every
+        write or close of the connection's own goes after it, never before or instead of it."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def data_received(self, data: bytes) -> None:
         self._head_bytes += len(data)
         super().data_received(data)
         if self._in_head and self._head_bytes > HEAD_LIMIT_BYTES and not self.transport.is_closing():
+            self.flush()
             self.transport.write(_RESPONSE)
             self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         """A request httptools refused, answered in the API's error shape (uvicorn's is text)."""
+        self.flush()
         self.transport.write(_BAD_RESPONSE)
         self.transport.close()
+
+    def shutdown(self) -> None:
+        self.flush()  # a response completed this turn still goes out before the close
+        super().shutdown()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self.flush()
+        super().timeout_keep_alive_handler()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         super().on_headers_complete()
-        if self._writer is not None:  # the response's head and body in one write (api/turn_writes.py)
+        # The response's head and body in one write (api/turn_writes.py); an upgrade makes no cycle.
+        if self._writer is not None and self.cycle is not None:
             self.cycle.transport = self._writer  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:

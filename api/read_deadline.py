@@ -73,12 +73,14 @@ class ReadDeadlineProtocol(HeadLimitedProtocol):
     def _head_late(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
+            self.flush()
             self.transport.write(_RESPONSE)
             self.transport.close()
 
     def _body_late(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
+            self.flush()
             self.transport.close()
 
 

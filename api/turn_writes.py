@@ -8,6 +8,10 @@ most of the API's system calls (``/proc/<pid>/io``, `bench.e2e`: 2.36 writes per
 The view below holds the writes of one turn and writes them together with ``call_soon``, as
 ``providers/h2client.py`` does for HTTP/2 requests; a body written in a later turn (a streamed
 response) goes in that turn's write, and nothing waits longer than the turn it was written in.
+What the connection writes or closes itself (a 400, 408 or 431, uvicorn's shutdown and keep-alive
+close) flushes the writer first (``HeadLimitedProtocol.flush``), so a response completed in the
+same turn is never lost or overtaken. The transport's back-pressure (``pause_writing``) is seen a
+turn late: what one turn writes is buffered whole, as uvicorn's cycle already allows.
 
 Measured with ``python -m bench.http_floor --protocol clarion`` (a bare app on this protocol, wrk,
 2026-11-28, three runs each, alternating): the server's CPU per request 0.032-0.042 -> 0.026-0.031

@@ -115,3 +115,69 @@ async def test_close_writes_what_the_turn_held_first() -> None:
     writer.write(b"late")
     await asyncio.sleep(0)
     assert seen == ["headbody", "close"]  # nothing is written to a closed transport
+
+
+class RecordedTransport:
+    """A transport keeping what reaches it, in order, with ``<close>`` where it was closed."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.out.append(bytes(data))
+
+    def close(self) -> None:
+        self.out.append(b"<close>")
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def _answered_this_turn() -> tuple[asyncio.Protocol, RecordedTransport]:
+    """A connection whose response to ``GET /a`` is complete but still held for this turn's end."""
+    config = Config(app=ok, loop="asyncio", log_level="critical", access_log=False)
+    config.load()
+    protocol = read_deadline_protocol(head_timeout_s=10, body_timeout_s=30)(
+        config=config, server_state=ServerState(), app_state={}
+    )
+    transport = RecordedTransport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
+    await asyncio.sleep(0)  # the app's task answers; the writer holds the answer
+    assert transport.out == []
+    return protocol, transport
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+async def test_a_shutdown_in_the_turn_of_a_response_sends_it_before_closing() -> None:
+    protocol, transport = await _answered_this_turn()
+    protocol.shutdown()  # type: ignore[attr-defined]
+    await asyncio.sleep(0)
+    assert transport.out == [OK, b"<close>"]
+
+
+async def test_bad_bytes_after_a_response_of_the_same_turn_are_answered_after_it() -> None:
+    protocol, transport = await _answered_this_turn()
+    protocol.data_received(b"\x00\x01garbage\r\n\r\n")
+    await asyncio.sleep(0)
+    assert transport.out[0] == OK
+    assert transport.out[1].startswith(b"HTTP/1.1 400 Bad Request") and transport.out[2:] == [b"<close>"]
