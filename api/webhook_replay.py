@@ -88,27 +88,34 @@ _PENDING_REPLAYS = sa.text(
                            WHERE endpoint_id = :e AND state = 'pending' AND replay LIMIT :limit) p
     """
 )
+# A delivery is never older than its event (made in the event's transaction, or by a replay
+# since): the bound lets each probe skip the days before the event.
 _NOT_PENDING = """
 NOT EXISTS (SELECT 1 FROM webhook_deliveries d
-             WHERE d.endpoint_id = CAST(:e AS uuid) AND d.event_id = webhook_events.id AND d.state = 'pending')
+             WHERE d.endpoint_id = CAST(:e AS uuid) AND d.event_id = {event}.id AND d.state = 'pending'
+               AND d.created_at >= {event}.created_at)
 """
+# The candidates are the next ``limit`` events whatever their state, so a call reads at most that
+# many however many are pending already; those pending are then left out.
 _REPLAY_SINCE = sa.text(
     f"""
-    WITH picked AS (
+    WITH candidates AS (
         SELECT id, type, body, created_at FROM webhook_events
-         WHERE tenant_id = :t AND created_at >= :since AND type = ANY(:types) AND {_NOT_PENDING}
+         WHERE tenant_id = :t AND created_at >= :since AND type = ANY(:types)
          ORDER BY created_at, id LIMIT :limit
     ), queued AS (
         INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body, replay)
-        SELECT gen_random_uuid(), CAST(:e AS uuid), CAST(:t AS text), id, type, body, true FROM picked
+        SELECT gen_random_uuid(), CAST(:e AS uuid), CAST(:t AS text), c.id, c.type, c.body, true
+          FROM candidates c WHERE {_NOT_PENDING.format(event="c")}
         RETURNING 1
     )
-    SELECT (SELECT count(*) FROM queued) AS n, (SELECT max(created_at) FROM picked) AS last
+    SELECT (SELECT count(*) FROM queued) AS n, (SELECT count(*) FROM candidates) AS read,
+           (SELECT max(created_at) FROM candidates) AS last
     """
 )
 _FIND_ONE = sa.text(
     f"""
-    SELECT {_NOT_PENDING} AS fresh FROM webhook_events
+    SELECT {_NOT_PENDING.format(event="webhook_events")} AS fresh FROM webhook_events
      WHERE tenant_id = :t AND id = :id AND created_at BETWEEN :lo AND :hi
     """
 )
@@ -154,7 +161,7 @@ async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, requ
             return ReplayOut(replayed=int(fresh), next_since=None)
         params = {"e": endpoint_id, "t": tenant_id, "since": request.since, "limit": room}
         row = (await conn.execute(_REPLAY_SINCE, params | {"types": list(endpoint.event_types)})).one()
-    more = row.n >= room
+    more = row.read >= room
     # Continue after the last one queued (created_at is microseconds; ties at that instant repeat).
     next_since = row.last + timedelta(microseconds=1) if more and row.last is not None else None
     return ReplayOut(replayed=row.n, next_since=next_since)

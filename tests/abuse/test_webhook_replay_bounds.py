@@ -5,6 +5,7 @@ replayed deliveries. Before (2026-11-28, a helper's probe), four loops replaying
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
@@ -38,6 +39,19 @@ async def _pending(engine: AsyncEngine, endpoint_id: str) -> int:
         return int((await conn.execute(sa.text(query), {"e": endpoint_id})).scalar_one())
 
 
+async def _log_events(engine: AsyncEngine, tenant_id: str, n: int) -> None:
+    """Logged events without deliveries, as a disabled endpoint leaves them."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "INSERT INTO webhook_events (id, tenant_id, notification_id, type, occurred_at, body)"
+                " SELECT gen_random_uuid(), :t, NULL, 'notification.opened', now(), '{}'"
+                " FROM generate_series(1, :n)"
+            ),
+            {"t": tenant_id, "n": n},
+        )
+
+
 async def test_an_event_already_pending_for_the_endpoint_is_not_queued_again(
     local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
@@ -59,20 +73,25 @@ async def test_an_event_already_pending_for_the_endpoint_is_not_queued_again(
     assert await _pending(engine, endpoint["id"]) == 3
 
 
+async def test_replays_at_once_queue_each_event_once(
+    local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
+    path = f"/v1/webhook-endpoints/{endpoint['id']}"
+    await local.patch(path, json={"enabled": False})
+    await _log_events(engine, tenant.id, 2_000)  # enough that two unserialised replays overlap
+    await local.patch(path, json={"enabled": True})
+    answers = await asyncio.gather(*(local.post(f"{path}/replay", json={"since": SINCE}) for _ in range(8)))
+    assert sorted(a.json()["replayed"] for a in answers) == [0] * 7 + [2_000]
+    assert await _pending(engine, endpoint["id"]) == 2_000
+
+
 async def test_an_endpoint_holds_at_most_max_replay_pending_replays(
     local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
 ) -> None:
     endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
     path = f"/v1/webhook-endpoints/{endpoint['id']}"
-    async with engine.begin() as conn:  # logged events without deliveries, as a disabled endpoint leaves them
-        await conn.execute(
-            sa.text(
-                "INSERT INTO webhook_events (id, tenant_id, notification_id, type, occurred_at, body)"
-                " SELECT gen_random_uuid(), :t, NULL, 'notification.opened', now(), '{}'"
-                " FROM generate_series(1, :n)"
-            ),
-            {"t": tenant.id, "n": MAX_REPLAY + 10},
-        )
+    await _log_events(engine, tenant.id, MAX_REPLAY + 10)
     first = await local.post(f"{path}/replay", json={"since": SINCE})
     assert first.json()["replayed"] == MAX_REPLAY and first.json()["next_since"] is not None
     again = await local.post(f"{path}/replay", json={"since": first.json()["next_since"]})
