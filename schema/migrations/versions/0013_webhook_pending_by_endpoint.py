@@ -5,20 +5,39 @@ the endpoint, and nothing bounded how many it had pending: four loops replaying 
 476,400 rows (151 MB) in 10 s (2026-11-28, a helper's probe). ``api/webhook_replay.py`` now skips
 an event already pending for the endpoint and stops at ``MAX_REPLAY`` pending replays per
 endpoint; both read this index, which holds only pending rows.
+
+Built without stopping the deliveries' writes (the worker's record and engagement reports enqueue
+in their own transactions): ``CREATE INDEX`` on the partitioned parent would hold every day's
+partition against writes for the whole build. The parent's index is made ``ON ONLY`` (empty,
+invalid), each partition's ``CONCURRENTLY`` outside a transaction, then attached; the parent's
+becomes valid with the last. Days created later get theirs when attached (PostgreSQL builds it).
 """
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
 down_revision: str | None = "0012"
 
+NAME = "ix_webhook_deliveries_pending_endpoint"
+COLUMNS = "(endpoint_id, event_id) WHERE state = 'pending'"
+
 
 def upgrade() -> None:
-    op.execute(
-        "CREATE INDEX ix_webhook_deliveries_pending_endpoint ON webhook_deliveries (endpoint_id, event_id)"
-        " WHERE state = 'pending'"
+    op.execute(f"CREATE INDEX {NAME} ON ONLY webhook_deliveries {COLUMNS}")
+    days = op.get_bind().execute(
+        sa.text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'webhook_deliveries'::regclass ORDER BY c.relname"
+        )
     )
+    names = [row.relname for row in days]
+    with op.get_context().autocommit_block():
+        for name in names:
+            index = f"{name}_pending_endpoint"
+            op.execute(f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{index}" ON "{name}" {COLUMNS}')
+            op.execute(f'ALTER INDEX {NAME} ATTACH PARTITION "{index}"')
 
 
 def downgrade() -> None:
-    op.execute("DROP INDEX ix_webhook_deliveries_pending_endpoint")
+    op.execute(f"DROP INDEX {NAME}")
