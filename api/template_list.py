@@ -45,10 +45,15 @@ def decode_cursor(cursor: str) -> _Key:
     try:
         raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         name, channel, locale, version = raw
-        if not (all(isinstance(s, str) for s in (name, channel, locale)) and type(version) is int):
+        texts = (name, channel, locale)
+        if not (all(isinstance(s, str) for s in texts) and type(version) is int and 0 < version < 2**31):
             raise ValueError(raw)
+        for text in texts:  # what the database could not compare: a NUL, a lone surrogate
+            if "\x00" in text or len(text) > 128:
+                raise ValueError(raw)
+            text.encode()
         return name, channel, locale, version
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError, binascii.Error, UnicodeError) as exc:
         raise ApiError(
             422, "invalid_cursor", "The cursor is not one this API issued; start again without it."
         ) from exc

@@ -12,9 +12,9 @@ steps per character (the renderer caps a body at 100,000 characters): no HTML pa
 at all comes out unchanged.
 
 What a body costs is bounded whatever its tenant writes: a link's click URL is made once per body
-however often the link appears, at most ``MAX_LINKS`` distinct links are tracked (clicks on more
-are not recorded, ``core.engagement``) and at most ``MAX_TRACKED_HREFS`` links rewritten; the rest
-are left as written and still work. Before (2026-11-28, a helper's probe): one tenant's inline
+however often the link appears, at most ``MAX_LINKS`` distinct links are tracked (as many as the
+API records reported clicks on for one notification, ``core.engagement``) and at most
+``MAX_TRACKED_HREFS`` links rewritten; the rest are left as written: they work, untracked. Before (2026-11-28, a helper's probe): one tenant's inline
 emails of 60,000 characters holding 2,400 links took 53 ms of the shared email worker each, a click
 token per link, and another tenant's email waited 34 s at the median behind them. The same body
 on an idle machine, with real tokens: 21.7 -> 2.1 ms and 420 -> 138 KB out (one link 2,400 times),

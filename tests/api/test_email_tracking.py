@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
 from clarion.tracking_tokens import make_tracking_token
+from core.engagement import MAX_COUNTED
 from tests.conftest import Stack, TenantInfo
 from tests.fixtures.answers import assert_error
 from tests.fixtures.delivery import sandbox_for, wait_status
@@ -44,6 +45,17 @@ async def test_the_pixel_counts_opens_and_a_privacy_proxy_is_flagged_not_counted
     body = await view(client, nid)
     assert engagement(body) == {("opened", None): 2, ("prefetched", None): 1}
     assert body["status"] == "sent"
+
+
+async def test_pixel_hits_past_max_counted_are_answered_but_not_counted(
+    client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo, settings: Settings
+) -> None:
+    nid, _ = await sent_notification(engine, tenant, channel="email")
+    url = f"/t/o/{token(settings, tenant, nid, None)}"
+    for _ in range(MAX_COUNTED + 5):  # anyone holding the email can load its pixel
+        pixel = await client.get(url, headers={"User-Agent": BROWSER, "Authorization": ""})
+        assert pixel.status_code == 200 and pixel.content.startswith(b"GIF89a")
+    assert engagement(await view(client, nid)) == {("opened", None): MAX_COUNTED}
 
 
 async def test_a_link_redirects_where_its_signed_token_says_and_nowhere_else(

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.template_list import encode_cursor
 from tests.fixtures.answers import assert_error
 
 
@@ -201,21 +202,30 @@ async def test_versions_are_listed_a_page_at_a_time_with_a_link_to_the_next(
     assert (seen, pages) == (expected[:4], 2)
 
 
+def _cursor(*key: object) -> str:
+    return encode_cursor(key)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
-    "params",
+    "cursor",
     [
-        {"cursor": "x"},
-        {"cursor": "W10"},
-        {"cursor": "WyJhIiwiYiIsImMiLCJkIl0"},
-        {"cursor": "%%%"},
-        {"limit": 0},
-        {"limit": 51},
-        {"cursor": "a" * 1025},
+        "x",
+        "%%%",
+        "W10",  # []
+        _cursor("a", "b", "c", "d"),
+        _cursor("a", "b", "c", 2**40),
+        _cursor("a", "b", "c", 0),
+        _cursor("a\x00", "sms", "en", 1),
+        _cursor("\ud800", "sms", "en", 1),
+        _cursor("a" * 129, "sms", "en", 1),
     ],
 )
-async def test_a_page_past_the_limits_or_a_cursor_not_issued_is_a_422(
-    client: httpx.AsyncClient, params: dict[str, Any]
+async def test_a_cursor_the_api_did_not_issue_is_a_422_invalid_cursor(
+    client: httpx.AsyncClient, cursor: str
 ) -> None:
-    answer = await client.get("/v1/templates", params=params)
-    assert answer.status_code == 422, answer.text
-    assert answer.json()["error"]["code"] in {"invalid_cursor", "validation_error"}
+    assert_error(await client.get("/v1/templates", params={"cursor": cursor}), 422, "invalid_cursor")
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 51}, {"cursor": "a" * 1025}])
+async def test_a_page_past_the_limits_is_a_422(client: httpx.AsyncClient, params: dict[str, Any]) -> None:
+    assert_error(await client.get("/v1/templates", params=params), 422, "validation_error")
