@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from api.engagement_models import EngagementOut
 from api.errors import encodable, shown
+from core.devices import MAX_TOKEN_CHARS
 from core.horizon import MAX_WAIT
 from providers.fcm import reserved_data_key
 from schema.enums import Channel, Platform, Priority
@@ -57,7 +58,7 @@ def _normalized_email(value: str) -> str:
 # APNS device tokens are hex (32 bytes today; Apple warns the length may grow). FCM registration
 # tokens are URL-safe text, usually ~160 characters, sometimes with a ':' separator.
 _APNS_TOKEN = re.compile(r"^[0-9a-fA-F]{64,200}$")
-_FCM_TOKEN = re.compile(r"^[A-Za-z0-9_\-:]{32,4096}$")
+_FCM_TOKEN = re.compile(rf"^[A-Za-z0-9_\-:]{{32,{MAX_TOKEN_CHARS}}}$")
 
 
 def check_timezone(value: str | None) -> str | None:
@@ -117,7 +118,7 @@ class Strict(BaseModel):
 
 class DeviceIn(Strict):
     platform: Platform
-    token: str = Field(min_length=8, max_length=4096, pattern=r"^[A-Za-z0-9_:\-.]+$")
+    token: str = Field(min_length=8, max_length=MAX_TOKEN_CHARS, pattern=r"^[A-Za-z0-9_:\-.]+$")
 
     @model_validator(mode="after")
     def _token_format(self) -> DeviceIn:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError, shown
 from api.models import check_device_token, check_email, check_phone, check_timezone
-from core.devices import MAX_ACTIVE_DEVICES, RETIRE_EXTRA
+from core.devices import MAX_ACTIVE_DEVICES, MAX_TOKEN_CHARS, RETIRE_EXTRA
 from schema.enums import Platform
 from schema.ids import uuid7
 from schema.models import Device, User
@@ -67,7 +67,7 @@ class UserProfileIn(BaseModel):
 class DeviceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     platform: Platform
-    token: str = Field(min_length=1, max_length=4096)
+    token: str = Field(min_length=1, max_length=MAX_TOKEN_CHARS)
 
     @model_validator(mode="after")
     def _token_format(self) -> DeviceIn:

@@ -11,12 +11,23 @@ every tenant shares. Now:
   provider's "unregistered" would (``RETIRE_EXTRA``): app reinstalls leave tokens behind that no
   provider has reported dead yet, so the newest are the ones that reach the user;
 - the worker reads at most that many per user, newest first (``REACHED``, in ``workers/recipients.py``), so the
-  fan-out stays bounded whatever the table holds (rows from before this rule included).
+  fan-out stays bounded whatever the table holds (rows from before this rule included);
+- a user keeps at most ``MAX_INACTIVE_DEVICES`` retired or dead rows, the most recently retired:
+  the same registration deletes the older ones. Before (2026-11-28, a helper's probe), retired rows
+  were kept for ever: one user reached 12,200 device rows (309 MB of table), every accept that
+  checked that user's devices read them all inside the transaction the API shares between
+  tenants (another tenant's accept p99 went from 32 to 396 ms), and the retire step, which walks
+  the user's rows per active row, took 700 ms at 22,600.
+
+A token is at most ``MAX_TOKEN_CHARS``: the unique index on (user, token) holds at most 2,704 bytes
+a row, and a 2,720-character token was a 500 that failed the shared accept transaction with it.
 """
 
 from __future__ import annotations
 
 MAX_ACTIVE_DEVICES = 50
+MAX_INACTIVE_DEVICES = 50
+MAX_TOKEN_CHARS = 2048  # real ones: APNs 64 hex, FCM ~160
 
 
 def _kept(user: str, columns: str) -> str:
@@ -48,10 +59,18 @@ WITH extra AS (
        AND d.id NOT IN ({_kept("d.user_id", "k.id")})
      ORDER BY d.id
        FOR UPDATE
+), retired AS (
+    UPDATE devices d
+       SET active = false, deactivated_at = now(),
+           last_error = 'retired: the user has more than {MAX_ACTIVE_DEVICES} active devices, the newest kept'
+      FROM extra
+     WHERE d.id = extra.id AND d.active
+    RETURNING d.id
+), old AS (  -- retired before this statement (its snapshot), past the newest MAX_INACTIVE_DEVICES
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY user_id ORDER BY deactivated_at DESC NULLS LAST, id DESC) AS n
+          FROM devices WHERE user_id = ANY({{users}}) AND NOT active
+    ) s WHERE n > {MAX_INACTIVE_DEVICES}
 )
-UPDATE devices d
-   SET active = false, deactivated_at = now(),
-       last_error = 'retired: the user has more than {MAX_ACTIVE_DEVICES} active devices, the newest kept'
-  FROM extra
- WHERE d.id = extra.id AND d.active
+DELETE FROM devices d USING old WHERE d.id = old.id
 """

@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.rules import RuleSpec
 from clarion.settings import Settings
-from core.devices import MAX_ACTIVE_DEVICES
+from core.devices import MAX_ACTIVE_DEVICES, MAX_INACTIVE_DEVICES, MAX_TOKEN_CHARS
 from harness.services import ApiServer, api_client
 from tests.conftest import make_tenant
 from tests.fixtures.answers import refused
@@ -140,3 +141,54 @@ async def test_devices_carried_inline_by_sends_keep_the_same_bound(client: httpx
     # The second send's 30 are the newest, all kept; 20 of the first send's 30 are (one statement
     # wrote those 30 at one time, so which 20 is not defined).
     assert {d["token"] for d in devices if d["active"]} >= set(tokens[30:])
+
+
+async def test_a_users_retired_devices_are_bounded_too(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    # Before 2026-11-28 every retired row stayed: a helper gave one user 12,200 rows, and every
+    # accept checking that user's devices read them all inside the transaction tenants share.
+    registered = MAX_ACTIVE_DEVICES + MAX_INACTIVE_DEVICES + 40
+    tokens = [f"{n:064x}" for n in range(1, registered + 1)]
+    assert (await client.put("/v1/users/u-churn", json={})).status_code == 201
+    for token in tokens:
+        response = await client.post("/v1/users/u-churn/devices", json={"platform": "apns", "token": token})
+        assert response.status_code == 201, response.text
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.text(
+                    "SELECT d.active, count(*) FROM devices d JOIN users u ON u.id = d.user_id"
+                    " WHERE u.external_id = 'u-churn' GROUP BY d.active"
+                )
+            )
+        ).all()
+    counts = {active: n for active, n in rows}
+    assert counts[True] == MAX_ACTIVE_DEVICES
+    assert (
+        MAX_INACTIVE_DEVICES <= counts[False] <= MAX_INACTIVE_DEVICES + 1
+    )  # the last retired stays a call longer
+    active = [d["token"] for d in (await client.get("/v1/users/u-churn")).json()["devices"] if d["active"]]
+    assert active == tokens[-MAX_ACTIVE_DEVICES:]
+
+
+@pytest.mark.parametrize("platform", ["fcm", "apns"])
+async def test_a_token_past_the_index_row_limit_is_a_422_not_a_500(
+    client: httpx.AsyncClient, platform: str
+) -> None:
+    # 2,720 characters was a 500 (the unique index on (user, token) holds at most 2,704 bytes a row),
+    # and inline it failed the accept transaction other tenants' sends shared.
+    longest = "a" * MAX_TOKEN_CHARS
+    assert (await client.put("/v1/users/u-tokens", json={})).status_code in (200, 201)
+    if platform == "fcm":
+        ok = await client.post("/v1/users/u-tokens/devices", json={"platform": "fcm", "token": longest})
+        assert ok.status_code == 201, ok.text
+    for token in ("a" * (MAX_TOKEN_CHARS + 1), "a" * 2_720, "f" * 4_096):
+        answer = await client.post("/v1/users/u-tokens/devices", json={"platform": platform, "token": token})
+        assert answer.status_code == 422, answer.text
+        send = {
+            "event_id": f"evt-long-{platform}-{len(token)}", "channel": "push", "content": {"title": "t", "body": "b"},
+            "user": {"id": "u-tokens", "devices": [{"platform": platform, "token": token}]},
+        }  # fmt: skip
+        inline = await client.post("/v1/notifications", json=send)
+        assert inline.status_code == 422 and inline.json()["error"]["code"] == "validation_error", inline.text
