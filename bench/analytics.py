@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from api.analytics import read_analytics
+from api.search_limit import SearchLimit
 from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
 from harness.tenants import make_tenant
@@ -83,9 +84,13 @@ async def main(notifications: int, log_rows: int) -> None:
         until = datetime.now(UTC)
         since = until - timedelta(days=30)
 
+        reads = create_engine(url, pool_size=1)
+        searches = SearchLimit(per_tenant=1, timeout_s=600)  # the API's gate, without its time bound
+
         async def rollups() -> None:
             await read_analytics(
-                pool=pool,
+                engine=reads,
+                searches=searches,
                 tenant_id=tenant.id,
                 since=since,
                 until=until,
@@ -101,6 +106,7 @@ async def main(notifications: int, log_rows: int) -> None:
             ms = await timed(call)
             print(f"{name:60} p50 {statistics.median(ms):8.1f} ms  max {max(ms):8.1f} ms")
         await pool.close()
+        await reads.dispose()
     finally:
         await drop_database(url)
 

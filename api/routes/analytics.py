@@ -50,7 +50,8 @@ async def analytics(
             422, "invalid_range", "'until' is too early for the default week: give 'since'."
         ) from None
     return await read_analytics(
-        pool=request.app.state.pool,
+        engine=request.app.state.engine,
+        searches=request.app.state.searches,
         tenant_id=principal.tenant_id,
         since=since,
         until=until,

@@ -1,9 +1,10 @@
-"""A tenant's searches of its log hold at most their share of the database: a few at once per API
+"""A tenant's searches of its log (and its analytics reads) hold at most their share of the database: a few at once per API
 process (429 ``too_many_searches`` past it) and each for at most the search timeout (422
 ``search_too_broad``), so one tenant's broad searches cannot slow another tenant's sends.
 
 The searches are held in the database for real: another connection takes an ``ACCESS EXCLUSIVE``
-lock on ``users``, which every search joins, so they wait inside PostgreSQL as a long scan would.
+lock on ``users``, which every search joins, and on ``analytics_hourly``, which every analytics
+read reads, so they wait inside PostgreSQL as a long scan would.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def users_locked(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
 
 async def _lock(conn: asyncpg.Connection) -> None:
     await conn.execute("BEGIN")
-    await conn.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+    await conn.execute("LOCK TABLE users, analytics_hourly IN ACCESS EXCLUSIVE MODE")
 
 
 def _search(client: httpx.AsyncClient) -> Awaitable[httpx.Response]:
@@ -73,6 +74,7 @@ async def test_searches_past_a_tenants_share_are_a_429_and_another_tenant_still_
             assert refused.headers["Retry-After"] == "1"
             dead_letters = await ca.get("/v1/ops/dlq/email", params={"error_code": "none"})
             assert_error(dead_letters, 429, "too_many_searches")  # the same share
+            assert_error(await ca.get("/v1/analytics"), 429, "too_many_searches")  # and the analytics
 
             other = asyncio.create_task(_search(cb))  # admitted: the share is per tenant
             await wait_until(lambda: searches.running(b.id) == 1, interval_s=0.01)
@@ -98,6 +100,7 @@ async def test_a_search_past_the_timeout_is_a_422_and_frees_its_slot(
             await _lock(users_locked)
             for _ in range(SHARE + 1):  # each one's slot is given back: none is refused as too many
                 assert_error(await ca.get("/v1/notifications"), 422, "search_too_broad")
+                assert_error(await ca.get("/v1/analytics"), 422, "search_too_broad")
             assert api.app.state.searches.running(a.id) == 0
             await users_locked.execute("ROLLBACK")
             assert (await ca.get("/v1/notifications")).status_code == 200
