@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.rate_limits import MAX_RECIPIENT_RULES
 from clarion.rules import RuleSpec
 from clarion.settings import Settings
 from core.devices import MAX_ACTIVE_DEVICES, MAX_INACTIVE_DEVICES, MAX_TOKEN_CHARS
@@ -58,6 +59,29 @@ async def test_rules_past_the_cap_are_a_409_and_another_tenant_is_unaffected(
         assert error["code"] == "limit_reached"
         assert len((await m.get("/v1/rate-limits")).json()) == CAP
         assert (await a.post("/v1/rate-limits", json=rule(0))).status_code == 201
+
+
+async def test_recipient_rules_past_their_own_cap_are_a_409_on_create_and_on_replace(
+    client: httpx.AsyncClient,
+) -> None:
+    # Each keeps a limiter key per recipient for its period: 100 of them made ~20 KB of the shared
+    # Redis per send, kept a month (2026-11-28, a helper's probe).
+    for n in range(MAX_RECIPIENT_RULES):
+        assert (await client.post("/v1/rate-limits", json=rule(n))).status_code == 201
+    assert refused(await client.post("/v1/rate-limits", json=rule(99)), 409)["code"] == "limit_reached"
+    pacing = {
+        "name": "p",
+        "scope": "provider",
+        "channel": "sms",
+        "provider": "sandbox",
+        "limit": 5,
+        "period_s": 1,
+    }
+    other = await client.post("/v1/rate-limits", json=pacing)
+    assert other.status_code == 201, other.text  # other scopes are not held by this cap
+    replaced = await client.put(f"/v1/rate-limits/{other.json()['id']}", json=rule(98))
+    assert refused(replaced, 409)["code"] == "limit_reached"
+    assert (await client.get(f"/v1/rate-limits/{other.json()['id']}")).json()["scope"] == "provider"
 
 
 async def test_templates_past_the_cap_are_a_409(capped_api: ApiServer, engine: AsyncEngine) -> None:
