@@ -7,6 +7,12 @@ attempts are numbered from 1 again), then publishes them to their channel's lane
 publish fails are republished by the relay (``retrying``, due, never published since), so a
 redrive is never lost. It works in batches, each its own transaction, so a large redrive
 neither holds locks for long nor starts over when interrupted: what is done is done.
+
+A tenant's redrive (``POST /v1/ops/dlq/{channel}/redrive``) requeues at most
+``MAX_REDRIVE_PER_CALL`` and says how many still match (``remaining``): a redrive puts its
+notifications into the lane every tenant's sends share, past the API's ingress rate limits, so one
+call of a tenant with a million dead letters would have queued them all ahead of everyone else's
+sends. The operator's ``clarion dlq redrive`` has no such bound.
 """
 
 from __future__ import annotations
@@ -67,9 +73,15 @@ class RedriveFilter(BaseModel):
     )
 
 
+MAX_REDRIVE_PER_CALL = 10_000
+
+
 class RedriveResult(BaseModel):
     requeued: int = Field(description="notifications moved back to `retrying` with attempts reset")
     published: int = Field(description="of those, how many the broker took now (the relay takes the rest)")
+    remaining: int = Field(
+        default=0, description="dead notifications still matching (past the call's bound): redrive again"
+    )
 
 
 def _where(tenant_id: str | None, channel: Channel, match: RedriveFilter) -> tuple[str, dict[str, Any]]:
@@ -168,11 +180,13 @@ async def redrive(
     channel: Channel,
     match: RedriveFilter,
     batch: int = 1_000,
+    limit: int | None = None,
     on_progress: Progress | None = None,
 ) -> RedriveResult:
-    """Re-queue every dead notification ``match`` selects: status ``retrying``, due now, attempts
-    reset, last error cleared (the history keeps it). Publishes each batch when ``publisher`` is
-    given; the relay publishes what is not. ``on_progress(done, total)`` after each batch."""
+    """Re-queue every dead notification ``match`` selects (at most ``limit``): status ``retrying``,
+    due now, attempts reset, last error cleared (the history keeps it). Publishes each batch when
+    ``publisher`` is given; the relay publishes what is not. ``on_progress(done, total)`` after
+    each batch."""
     where, params = _where(tenant_id, channel, match)
     requeue = sa.text(
         f"""
@@ -206,9 +220,10 @@ async def redrive(
     result = RedriveResult(requeued=0, published=0)
     if on_progress is not None:
         on_progress(0, total)
-    while True:
+    while limit is None or result.requeued < limit:
+        size = batch if limit is None else min(batch, limit - result.requeued)
         async with engine.begin() as conn:
-            rows = (await conn.execute(requeue, {**params, "batch": batch})).all()
+            rows = (await conn.execute(requeue, {**params, "batch": size})).all()
         if not rows:
             break
         result.requeued += len(rows)
@@ -216,6 +231,9 @@ async def redrive(
             result.published += await republish(engine=engine, publisher=publisher, rows=rows)
         if on_progress is not None:
             on_progress(result.requeued, max(total, result.requeued))
-        if len(rows) < batch:
+        if len(rows) < size:
             break
+    result.remaining = (
+        max(0, total - result.requeued) if limit is not None and result.requeued >= limit else 0
+    )
     return result

@@ -101,7 +101,7 @@ async def test_dlq_redrive_requeues_the_filtered_subset_with_a_progress_bar(
     done = await clarion(settings, "dlq", "redrive", "sms", "--tenant", tenant.id, "--error-code", "20500")
 
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"requeued": 1200, "published": 0}
+    assert json.loads(done.stdout) == {"requeued": 1200, "published": 0, "remaining": 0}
     assert "redrive [" in done.stderr and "1200/1200" in done.stderr
     assert "1000/1200" in done.stderr, "progress is reported per batch"
     after = await statuses(engine, matching)

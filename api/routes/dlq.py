@@ -11,7 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Request
 
 from api.auth import require
-from api.dlq import DeadLetterPage, RedriveFilter, RedriveResult, list_dead, redrive
+from api.dlq import MAX_REDRIVE_PER_CALL, DeadLetterPage, RedriveFilter, RedriveResult, list_dead, redrive
 from api.errors import ApiError
 from api.openapi_doc import NO_NUL
 from clarion import metrics
@@ -58,6 +58,7 @@ async def redrive_dead_letters(
         tenant_id=principal.tenant_id,
         channel=channel,
         match=match,
+        limit=MAX_REDRIVE_PER_CALL,
     )
     metrics.REDRIVEN.labels(channel.value).inc(result.requeued)
     return result

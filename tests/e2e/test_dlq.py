@@ -64,7 +64,7 @@ async def test_dlq_pages_and_redrive_filters_select_what_they_name(
     matched = await lane_client.post(
         "/v1/ops/dlq/sms/redrive", json={"error_code": "20500", "provider": "twilio"}
     )
-    assert matched.json() == {"requeued": 2, "published": 2}
+    assert matched.json() == {"requeued": 2, "published": 2, "remaining": 0}
     for nid in ids:
         await wait_status(lane_client, nid, "sent")
 
