@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.preferences import MAX_PREFERENCES_PER_USER
 from clarion.settings import Settings
 from clarion.tokens import InvalidToken, make_token, verify_token
 from harness.services import ApiServer, api_client
@@ -169,6 +170,36 @@ async def test_link_gives_the_user_their_preferences_without_an_api_key(
         assert changed.json()["effective"]["*"]["sms"] is False
     service_view = (await client.get("/v1/users/u-pref/preferences")).json()
     assert service_view["preferences"] == [{"channel": "sms", "category": "*", "opted_in": False}]
+
+
+async def test_a_users_preferences_are_capped_whoever_adds_them(
+    client: httpx.AsyncClient, api: ApiServer
+) -> None:
+    # The merges were unbounded: a helper grew one user to 50,000 choices through the anonymous
+    # link, 500 a request, and every answer carried them all (3.55 MB, 0.55 s).
+    await new_user(client)
+    token = (await client.post("/v1/users/u-pref/preferences/link")).json()["token"]
+
+    def page(n: int) -> dict[str, object]:
+        return {
+            "preferences": [
+                {"channel": "email", "category": f"c{n}x{i}", "opted_in": False} for i in range(500)
+            ]
+        }
+
+    async with api_client(api.url, None) as anonymous:
+        for n in range(MAX_PREFERENCES_PER_USER // 500):
+            answer = await anonymous.post("/v1/preferences", params={"token": token}, json=page(n))
+            assert answer.status_code == 200, answer.text
+        refused = await anonymous.post("/v1/preferences", params={"token": token}, json=page(99))
+        assert_error(refused, 409, "limit_reached")
+    held = (await client.get("/v1/users/u-pref/preferences")).json()["preferences"]
+    assert len(held) == MAX_PREFERENCES_PER_USER  # nothing of a refused request was kept
+    replaced = await client.put(
+        "/v1/users/u-pref/preferences",
+        json={"preferences": [{"channel": "*", "category": "*", "opted_in": True}]},
+    )
+    assert replaced.status_code == 200 and len(replaced.json()["preferences"]) == 1
 
 
 async def test_one_click_unsubscribe_is_idempotent_and_get_changes_nothing(
