@@ -84,7 +84,6 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/categories/{name}"): (404,),
     ("get", "/v1/preferences"): (403, 404),
     ("post", "/v1/preferences"): (403, 404, 409),  # 409: a user's preferences are capped
-    ("put", "/v1/users/{external_id}/preferences"): (409,),
     ("get", "/v1/unsubscribe"): (403, 404),
     ("post", "/v1/unsubscribe"): (403, 404),
     ("get", "/preferences"): (403, 404),
