@@ -65,6 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
         app.state.key_cache = KeyCache()
         app.state.ingress = IngressLimits.build(settings=settings, pool=pool)
+        app.state.readiness = health.Readiness()
         app.state.searches = SearchLimit(
             per_tenant=settings.search_concurrency_per_tenant, timeout_s=settings.search_timeout_s
         )

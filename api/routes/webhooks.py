@@ -5,7 +5,6 @@ No API key: each request is authenticated by the provider's signature (see ``api
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl
 from uuid import UUID
 
 from fastapi import APIRouter, Request
@@ -33,12 +32,11 @@ async def twilio_status(request: Request) -> WebhookResult:
     url = settings.base_url.rstrip("/") + request.url.path
     if request.url.query:
         url += "?" + request.url.query
-    raw = await request.body()
     return await record_twilio_status(
         pool=request.app.state.pool,
         auth_token=token.get_secret_value() if token is not None else None,
         url=url,
-        params=parse_qsl(raw.decode("utf-8", errors="replace"), keep_blank_values=True),
+        body=await request.body() if token is not None else b"",
         signature=request.headers.get(TWILIO_SIGNATURE_HEADER),
         notification_id=_uuid_or_none(request.query_params.get("notification_id")),
     )

@@ -10,6 +10,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 from twilio.request_validator import RequestValidator
 
+from api.webhooks import MAX_TWILIO_FIELDS
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
 from tests.fixtures.hooked_api import hooks_fixture, opt_outs, provider_transitions  # noqa: F401 - hooks
@@ -122,6 +123,18 @@ async def test_forged_or_missing_twilio_signature_is_refused_and_changes_nothing
     after = await view(client, nid)
     assert after["history"] == before["history"] and after["error"] is None
     assert await opt_outs(client, external_id) == []
+
+
+async def test_a_body_of_many_fields_is_refused_before_it_is_parsed(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    # Anonymous: 16,250 fields took 13.8 ms of the event loop each to parse, and more to sort and sign.
+    sid, _, _ = await sent_sms(engine, tenant)
+    params = {**callback(sid, "delivered"), **{f"f{i}": "1" for i in range(MAX_TWILIO_FIELDS)}}
+    signed = hooks_sig(hooks, params)  # even signed: Twilio's callbacks carry about twenty fields
+    assert_error(await hooks.twilio(params, signature=signed), 403, "invalid_signature")
+    fine = callback(sid, "delivered")
+    assert (await hooks.twilio(fine, signature=hooks_sig(hooks, fine))).status_code == 200
 
 
 def hooks_sig(hooks: Hooks, params: dict[str, str]) -> str:
