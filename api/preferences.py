@@ -7,7 +7,8 @@ What is guaranteed:
 - an opt-out of a ``required`` category is refused (``422 category_required``): such messages
   (security alerts, OTPs) are always delivered;
 - one-click unsubscribe is idempotent: repeating it leaves the same single opt-out;
-- a user holds at most ``MAX_PREFERENCES_PER_USER`` choices (``409 limit_reached``): merges were
+- a change that grows a user's choices past ``MAX_PREFERENCES_PER_USER`` is refused (``409
+  limit_reached``; a one-click unsubscribe never is, nor a STOP reply's opt-out): merges were
   unbounded, so anyone holding one of the user's 60-day preference links grew the set 500 at a
   time, and every answer carries the whole set. A helper's probe (2026-11-28): 50,000 rows,
   3.55 MB and 0.55 s per answer, and four loops reading it took another tenant's accept p50 from
@@ -151,7 +152,13 @@ async def get_preferences(*, engine: AsyncEngine, tenant_id: str, user_id: UUID)
 
 
 async def set_preferences(
-    *, engine: AsyncEngine, tenant_id: str, user_id: UUID, entries: list[PreferenceIn], replace: bool
+    *,
+    engine: AsyncEngine,
+    tenant_id: str,
+    user_id: UUID,
+    entries: list[PreferenceIn],
+    replace: bool,
+    capped: bool = True,
 ) -> PreferencesOut:
     """Store choices: with ``replace`` they become the user's whole set, otherwise they are merged.
 
@@ -159,12 +166,16 @@ async def set_preferences(
     """
     async with engine.begin() as conn:
         await _refuse_required_opt_outs(conn, tenant_id, entries)
-        await conn.execute(_ONE_USER_AT_A_TIME, {"u": str(user_id)})  # the count below is then exact
+        await conn.execute(_ONE_USER_AT_A_TIME, {"u": str(user_id)})  # the counts below are then exact
+        held = sa.select(sa.func.count()).select_from(_prefs).where(_prefs.c.user_id == user_id)
+        before = (await conn.execute(held)).scalar_one()
         if replace:
             await conn.execute(_prefs.delete().where(_prefs.c.user_id == user_id))
         await _upsert(conn, user_id, entries)
-        held = sa.select(sa.func.count()).select_from(_prefs).where(_prefs.c.user_id == user_id)
-        if (await conn.execute(held)).scalar_one() > MAX_PREFERENCES_PER_USER:
+        after = (await conn.execute(held)).scalar_one()
+        # Refused only when this request grew the set past the cap: a set already past it (a STOP
+        # reply's opt-outs are not capped) can still be changed, and an unsubscribe never waits on it.
+        if capped and after > MAX_PREFERENCES_PER_USER and after > before:
             raise ApiError(
                 409, "limit_reached",
                 f"A user may hold {MAX_PREFERENCES_PER_USER} preferences; replace the set, or set '*' instead.",
@@ -181,6 +192,7 @@ async def unsubscribe(*, engine: AsyncEngine, tenant_id: str, user_id: UUID, cat
         user_id=user_id,
         entries=[PreferenceIn(channel="email", category=category, opted_in=False)],
         replace=False,
+        capped=False,  # one row, and one-click unsubscribe must always work (RFC 8058)
     )
 
 

@@ -173,7 +173,7 @@ async def test_link_gives_the_user_their_preferences_without_an_api_key(
 
 
 async def test_a_users_preferences_are_capped_whoever_adds_them(
-    client: httpx.AsyncClient, api: ApiServer
+    client: httpx.AsyncClient, api: ApiServer, tenant: TenantInfo, engine: AsyncEngine
 ) -> None:
     # The merges were unbounded: a helper grew one user to 50,000 choices through the anonymous
     # link, 500 a request, and every answer carried them all (3.55 MB, 0.55 s).
@@ -195,6 +195,22 @@ async def test_a_users_preferences_are_capped_whoever_adds_them(
         assert_error(refused, 409, "limit_reached")
     held = (await client.get("/v1/users/u-pref/preferences")).json()["preferences"]
     assert len(held) == MAX_PREFERENCES_PER_USER  # nothing of a refused request was kept
+    # A full set never blocks a one-click unsubscribe (RFC 8058), and changes that do not grow it
+    # still go through.
+    user_id = await internal_id(engine, tenant.id, "u-pref")
+    unsubscribe = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="brand-new")
+    async with api_client(api.url, None) as anonymous:
+        done = await anonymous.post(
+            "/v1/unsubscribe",
+            params={"token": unsubscribe},
+            content=b"List-Unsubscribe=One-Click",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert done.status_code == 200, done.text
+        again = {"preferences": [{"channel": "email", "category": "c0x0", "opted_in": True}]}
+        assert (
+            await anonymous.post("/v1/preferences", params={"token": token}, json=again)
+        ).status_code == 200
     replaced = await client.put(
         "/v1/users/u-pref/preferences",
         json={"preferences": [{"channel": "*", "category": "*", "opted_in": True}]},
