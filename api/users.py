@@ -199,7 +199,7 @@ async def register_device(
 
 
 async def remove_device(*, engine: AsyncEngine, tenant_id: str, external_id: str, token: str) -> None:
-    """Stop sending to the device (it is deactivated, its history kept); 404 when unknown."""
+    """Stop sending to the device (deactivated, kept among the user's retired rows, core/devices.py); 404 when unknown."""
     async with engine.begin() as conn:
         user_id = await user_id_for(conn, tenant_id=tenant_id, external_id=external_id)
         result = await conn.execute(

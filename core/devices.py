@@ -12,8 +12,10 @@ every tenant shares. Now:
   provider has reported dead yet, so the newest are the ones that reach the user;
 - the worker reads at most that many per user, newest first (``REACHED``, in ``workers/recipients.py``), so the
   fan-out stays bounded whatever the table holds (rows from before this rule included);
-- a user keeps at most ``MAX_INACTIVE_DEVICES`` retired or dead rows, the most recently retired:
-  the same registration deletes the older ones. Before (2026-11-28, a helper's probe), retired rows
+- a user keeps about ``MAX_INACTIVE_DEVICES`` retired or dead rows (those a registration retires
+  are counted by the next one): each registration deletes the rest, rows the cap retired before
+  rows a provider reported dead (those stop an inline send from reviving a dead token), the
+  oldest first; a row revived meanwhile is not deleted. Before (2026-11-28, a helper's probe), retired rows
   were kept for ever: one user reached 12,200 device rows (309 MB of table), every accept that
   checked that user's devices read them all inside the transaction the API shares between
   tenants (another tenant's accept p99 went from 32 to 396 ms), and the retire step, which walks
@@ -66,11 +68,14 @@ WITH extra AS (
       FROM extra
      WHERE d.id = extra.id AND d.active
     RETURNING d.id
-), old AS (  -- retired before this statement (its snapshot), past the newest MAX_INACTIVE_DEVICES
+), old AS (  -- retired before this statement (its snapshot), past MAX_INACTIVE_DEVICES kept
     SELECT id FROM (
-        SELECT id, row_number() OVER (PARTITION BY user_id ORDER BY deactivated_at DESC NULLS LAST, id DESC) AS n
+        SELECT id, row_number() OVER (PARTITION BY user_id
+                                      ORDER BY last_error LIKE 'retired: %' , deactivated_at DESC NULLS LAST, id DESC) AS n
           FROM devices WHERE user_id = ANY({{users}}) AND NOT active
     ) s WHERE n > {MAX_INACTIVE_DEVICES}
+), locked AS (  -- in id order, as the rows above
+    SELECT d.id FROM devices d WHERE d.id IN (SELECT id FROM old) ORDER BY d.id FOR UPDATE
 )
-DELETE FROM devices d USING old WHERE d.id = old.id
+DELETE FROM devices d USING locked WHERE d.id = locked.id AND NOT d.active  -- a revived one stays
 """
