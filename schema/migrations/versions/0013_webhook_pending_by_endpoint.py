@@ -23,20 +23,30 @@ NAME = "ix_webhook_deliveries_pending_endpoint"
 COLUMNS = "(endpoint_id, event_id) WHERE state = 'pending'"
 
 
+# Safe to run again after a failure half-way (the block commits as it goes): what exists is kept,
+# a build a failure left invalid is made again, and a day dropped meanwhile is skipped.
+_DAYS = """
+SELECT c.relname,
+       (SELECT x.indisvalid FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+         WHERE x.indrelid = c.oid AND i.relname = c.relname || '_pending_endpoint') AS valid,
+       EXISTS (SELECT 1 FROM pg_inherits a JOIN pg_class i ON i.oid = a.inhrelid
+                WHERE i.relname = c.relname || '_pending_endpoint') AS attached
+  FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+ WHERE h.inhparent = 'webhook_deliveries'::regclass ORDER BY c.relname
+"""
+
+
 def upgrade() -> None:
-    op.execute(f"CREATE INDEX {NAME} ON ONLY webhook_deliveries {COLUMNS}")
-    days = op.get_bind().execute(
-        sa.text(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'webhook_deliveries'::regclass ORDER BY c.relname"
-        )
-    )
-    names = [row.relname for row in days]
+    op.execute(f"CREATE INDEX IF NOT EXISTS {NAME} ON ONLY webhook_deliveries {COLUMNS}")
+    days = op.get_bind().execute(sa.text(_DAYS)).all()
     with op.get_context().autocommit_block():
-        for name in names:
+        for name, valid, attached in days:
             index = f"{name}_pending_endpoint"
+            if valid is False:
+                op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{index}"')
             op.execute(f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{index}" ON "{name}" {COLUMNS}')
-            op.execute(f'ALTER INDEX {NAME} ATTACH PARTITION "{index}"')
+            if not attached:
+                op.execute(f'ALTER INDEX {NAME} ATTACH PARTITION "{index}"')
 
 
 def downgrade() -> None:
