@@ -60,6 +60,10 @@ class ReadDeadlineProtocol(HeadLimitedProtocol):
     def on_message_complete(self) -> None:
         self._disarm()  # the keep-alive timer takes over once the answer is written
         super().on_message_complete()
+        if self.cycle is not None and self.cycle.response_complete:
+            # Answered before its body was read (a 401 or 404 that needs no body): the body's bytes
+            # stopped uvicorn's keep-alive timer after the answer, and none would start again.
+            self._arm(self.head_timeout_s, self._head_late)
 
     def _arm(self, delay_s: float, late: Any) -> None:
         self._disarm()

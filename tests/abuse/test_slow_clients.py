@@ -95,3 +95,20 @@ async def test_a_keep_alive_connection_idle_between_requests_is_kept(strict_api:
     writer.write(request)
     assert (await _answer(reader))[0] == 200
     writer.close()
+
+
+async def test_a_connection_answered_before_its_body_is_closed_once_idle(strict_api: ApiServer) -> None:
+    # A 401 needs no body: the rest of the body arriving after the answer stopped uvicorn's
+    # keep-alive timer, and until 2026-11-28 no timer started again (the connection stayed open).
+    reader, writer = await _connect(strict_api)
+    writer.write(
+        b"POST /v1/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 20\r\n\r\n{"
+    )
+    await writer.drain()
+    assert (await _answer(reader))[0] == 401
+    writer.write(b'"event_id": "x"}   ')  # the body's other 19 bytes, after the answer
+    await writer.drain()
+    rest = await asyncio.wait_for(reader.read(), 10)  # then nothing more is sent
+    assert rest == b"" or rest.startswith(b"HTTP/1.1 408"), rest
+    writer.close()
