@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 router = APIRouter(tags=["health"])
 
 READY_TTL_S = 1.0
+CHECK_TIMEOUT_S = 2.0  # a check longer than this answers "unavailable" (TimeoutError)
 
 
 @router.get("/healthz")
@@ -40,8 +41,8 @@ class Readiness:
             at, error = self._answer
             if time.monotonic() - at < READY_TTL_S:
                 return error
-            try:
-                async with engine.connect() as conn:
+            try:  # bounded: every caller waits on this one check
+                async with asyncio.timeout(CHECK_TIMEOUT_S), engine.connect() as conn:
                     await conn.execute(sa.text("SELECT 1"))
                 error = None
             except Exception as exc:
