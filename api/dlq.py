@@ -74,6 +74,7 @@ class RedriveFilter(BaseModel):
 
 
 MAX_REDRIVE_PER_CALL = 10_000
+REMAINING_COUNTED = 100_000  # ``remaining`` counts no further
 
 
 class RedriveResult(BaseModel):
@@ -160,16 +161,19 @@ async def list_dead(
 
 
 async def count_dead(
-    *, engine: AsyncEngine, tenant_id: str | None, channel: Channel, match: RedriveFilter
+    *,
+    engine: AsyncEngine,
+    tenant_id: str | None,
+    channel: Channel,
+    match: RedriveFilter,
+    at_most: int | None = None,
 ) -> int:
-    """How many dead notifications ``match`` selects."""
+    """How many dead notifications ``match`` selects (counting no further than ``at_most``)."""
     where, params = _where(tenant_id, channel, match)
+    bound = "" if at_most is None else f" LIMIT {int(at_most)}"
+    query = sa.text(f"SELECT count(*) FROM (SELECT 1 FROM notifications n WHERE {where}{bound}) d")
     async with engine.connect() as conn:
-        return int(
-            (
-                await conn.execute(sa.text(f"SELECT count(*) FROM notifications n WHERE {where}"), params)
-            ).scalar_one()
-        )
+        return int((await conn.execute(query, params)).scalar_one())
 
 
 async def redrive(
@@ -216,10 +220,11 @@ async def redrive(
         RETURNING n.id, n.tenant_id, n.channel, n.user_id, n.priority
         """
     )
-    total = await count_dead(engine=engine, tenant_id=tenant_id, channel=channel, match=match)
-    result = RedriveResult(requeued=0, published=0)
+    total = 0
     if on_progress is not None:
+        total = await count_dead(engine=engine, tenant_id=tenant_id, channel=channel, match=match)
         on_progress(0, total)
+    result = RedriveResult(requeued=0, published=0)
     while limit is None or result.requeued < limit:
         size = batch if limit is None else min(batch, limit - result.requeued)
         async with engine.begin() as conn:
@@ -233,7 +238,8 @@ async def redrive(
             on_progress(result.requeued, max(total, result.requeued))
         if len(rows) < size:
             break
-    result.remaining = (
-        max(0, total - result.requeued) if limit is not None and result.requeued >= limit else 0
-    )
+    if limit is not None and result.requeued >= limit:  # what is left now, counted as far as a bound
+        result.remaining = await count_dead(
+            engine=engine, tenant_id=tenant_id, channel=channel, match=match, at_most=REMAINING_COUNTED
+        )
     return result
