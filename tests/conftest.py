@@ -25,7 +25,7 @@ from harness.services import ApiServer, api_client, drop_database, fresh_databas
 from harness.tenants import TenantInfo, make_tenant
 from schema.db import create_engine
 from schema.enums import Channel
-from tests.fixtures.webhooks import local_api  # noqa: F401 - a fixture, shared by the webhook tests
+from tests.fixtures.webhooks import local, local_api  # noqa: F401 - fixtures, shared by the webhook tests
 from workers.app import Worker
 
 

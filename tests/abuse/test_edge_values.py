@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from harness.services import ApiServer, api_client
-from harness.tenants import TenantInfo
 from tests.fixtures.answers import refused
 from tests.fixtures.sends import email_send
 from tests.fixtures.webhooks import register
@@ -33,12 +30,6 @@ def raw_json(value: object) -> bytes:
     """``value`` as JSON text with its lone surrogates written as ``\\udXXX`` escapes, as a caller's
     JSON encoder would (``json.dumps`` escapes them; UTF-8 cannot hold one)."""
     return json.dumps(value).encode()
-
-
-@pytest.fixture
-async def local(local_api: ApiServer, tenant: TenantInfo) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(local_api.url, tenant.key) as c:
-        yield c
 
 
 @pytest.mark.parametrize("until", ["0001-01-03T00:00:00Z", "0001-01-01T00:00:00+00:00"])

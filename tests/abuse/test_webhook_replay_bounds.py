@@ -6,31 +6,17 @@ replayed deliveries. Before (2026-11-28, a helper's probe), four loops replaying
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.webhook_replay import MAX_REPLAY
-from harness.services import ApiServer
 from harness.tenants import TenantInfo
-from tests.fixtures.webhooks import disable_tenant_endpoints, emit, register
+from tests.fixtures.webhooks import emit, register
 
 OPENED = ["notification.opened"]
 SINCE = "2020-01-01T00:00:00Z"
-
-
-@pytest.fixture
-async def local(
-    local_api: ApiServer, tenant: TenantInfo, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=local_api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=60
-    ) as c:
-        yield c
-    await disable_tenant_endpoints(engine, tenant.id)
 
 
 async def _pending(engine: AsyncEngine, endpoint_id: str) -> int:
@@ -78,9 +64,7 @@ async def test_replays_at_once_queue_each_event_once(
 ) -> None:
     endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
     path = f"/v1/webhook-endpoints/{endpoint['id']}"
-    await local.patch(path, json={"enabled": False})
     await _log_events(engine, tenant.id, 2_000)  # enough that two unserialised replays overlap
-    await local.patch(path, json={"enabled": True})
     answers = await asyncio.gather(*(local.post(f"{path}/replay", json={"since": SINCE}) for _ in range(8)))
     assert sorted(a.json()["replayed"] for a in answers) == [0] * 7 + [2_000]
     assert await _pending(engine, endpoint["id"]) == 2_000

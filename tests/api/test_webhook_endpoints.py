@@ -3,7 +3,6 @@ through the SSRF rule; hostile input answered 4xx with the error body."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -12,16 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
 from harness.services import ApiServer
-from harness.tenants import TenantInfo, make_tenant
+from harness.tenants import make_tenant
 from tests.fixtures.webhooks import register
-
-
-@pytest.fixture
-async def local(local_api: ApiServer, tenant: TenantInfo) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=local_api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as c:
-        yield c
 
 
 def _error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:

@@ -14,34 +14,16 @@ from standardwebhooks import Webhook
 from clarion.retry_settings import BreakerSettings
 from clarion.settings import Settings
 from core import ssrf
-from harness.services import ApiServer, wait_until
+from harness.services import wait_until
 from harness.tenants import TenantInfo
 from tests.conftest import Stack
 from tests.fixtures.db import scalar
 from tests.fixtures.hooks import sent_notification
 from tests.fixtures.sends import email_send
 from tests.fixtures.webhook_receiver import Receiver
-from tests.fixtures.webhooks import (
-    deliveries,
-    disable_tenant_endpoints,
-    emit,
-    fast,
-    register,
-    sender,
-)
+from tests.fixtures.webhooks import deliveries, emit, fast, register, sender
 
 OPENED = ["notification.opened"]
-
-
-@pytest.fixture
-async def local(
-    local_api: ApiServer, tenant: TenantInfo, engine: AsyncEngine
-) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=local_api.url, headers={"Authorization": f"Bearer {tenant.key}"}, timeout=15
-    ) as c:
-        yield c
-    await disable_tenant_endpoints(engine, tenant.id)
 
 
 @pytest.fixture
