@@ -25,6 +25,16 @@ async def new_user(client: httpx.AsyncClient, external_id: str = "u-pref") -> No
     assert response.status_code in (200, 201), response.text
 
 
+async def one_click(anonymous: httpx.AsyncClient, token: str) -> httpx.Response:
+    """The POST a mail client makes for RFC 8058 one-click unsubscribe."""
+    return await anonymous.post(
+        "/v1/unsubscribe",
+        params={"token": token},
+        content=b"List-Unsubscribe=One-Click",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+
+
 async def internal_id(engine: AsyncEngine, tenant_id: str, external_id: str) -> UUID:
     sql = "SELECT id FROM users WHERE tenant_id = :t AND external_id = :e"
     return UUID(str(await scalar(engine, sql, t=tenant_id, e=external_id)))
@@ -200,12 +210,7 @@ async def test_a_users_preferences_are_capped_whoever_adds_them(
     user_id = await internal_id(engine, tenant.id, "u-pref")
     unsubscribe = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="brand-new")
     async with api_client(api.url, None) as anonymous:
-        done = await anonymous.post(
-            "/v1/unsubscribe",
-            params={"token": unsubscribe},
-            content=b"List-Unsubscribe=One-Click",
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
+        done = await one_click(anonymous, unsubscribe)
         assert done.status_code == 200, done.text
         again = {"preferences": [{"channel": "email", "category": "c0x0", "opted_in": True}]}
         assert (
@@ -230,12 +235,7 @@ async def test_one_click_unsubscribe_is_idempotent_and_get_changes_nothing(
         assert f"/v1/unsubscribe?token={token}" in opened.text and "/preferences?token=" not in opened.text
         assert await stored_preferences(engine, user_id) == []
         for _ in range(2):
-            response = await anonymous.post(
-                "/v1/unsubscribe",
-                params={"token": token},
-                content=b"List-Unsubscribe=One-Click",
-                headers={"Content-Type": "application/x-www-form-urlencoded"},
-            )
+            response = await one_click(anonymous, token)
             assert response.status_code == 200, response.text
     assert await stored_preferences(engine, user_id) == [("email", "news", False)]
 
