@@ -5,7 +5,9 @@ Every process loads every tenant's rules, every preference page lists every cate
 so each kind has a cap (``CLARION_MAX_*_PER_TENANT``). :func:`hold_under_cap` is the check every
 create runs in its own transaction: it takes the tenant's lock for the kind first, so two creates
 racing each other cannot both pass the count, then refuses with ``409 limit_reached`` (the limit in
-``details``) when the tenant already holds ``limit``.
+``details``) when the tenant already holds ``limit``. :func:`one_at_a_time` is that lock, also
+taken alone where changes to one thing must not interleave (a template's versions, a global rule,
+an endpoint's replays, a user's preferences).
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from api.errors import ApiError
 
 
+async def one_at_a_time(conn: AsyncConnection, *, kind: str, key: str) -> None:
+    """Wait until no other transaction holds ``kind`` for ``key``, then hold it until ``conn``'s
+    transaction ends: the next one's statements see what this one wrote (read committed)."""
+    await conn.execute(
+        sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:kind || ':' || :key, 0))"),
+        {"kind": kind, "key": key},
+    )
+
+
 async def hold_under_cap(
     conn: AsyncConnection, *, tenant_id: str, kind: str, held: sa.Select[Any], limit: int, message: str
 ) -> None:
     """Lock ``kind`` for ``tenant_id`` until ``conn``'s transaction ends; then ``ApiError`` 409
     ``limit_reached`` with ``message`` when ``held`` (a ``SELECT count(*)``) is ``limit`` or more."""
-    await conn.execute(
-        sa.text("SELECT pg_advisory_xact_lock(hashtext(:kind || ':' || :t))"), {"kind": kind, "t": tenant_id}
-    )
+    await one_at_a_time(conn, kind=kind, key=tenant_id)
     if (await conn.execute(held)).scalar_one() >= limit:
         raise ApiError(409, "limit_reached", message, {"limit": limit})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.caps import one_at_a_time
 from api.rate_limits import RateLimitIn, RateLimitOut
 from schema.models import RateLimitRule
 
@@ -44,9 +45,7 @@ async def set_global_rule(*, engine: AsyncEngine, rule: RateLimitIn) -> tuple[Ra
     values = rule.model_dump()
     values["channel"] = rule.channel.value if rule.channel is not None else None
     async with engine.begin() as conn:
-        await conn.execute(
-            sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(f"global-rule:{rule.name}", 0)))
-        )
+        await one_at_a_time(conn, kind="global-rule", key=rule.name)
         row = (
             await conn.execute(
                 _rules.update()

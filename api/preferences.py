@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api.caps import one_at_a_time
 from api.categories import CategoryOut, categories_of
 from api.errors import ApiError
 from api.models import NAME
@@ -38,7 +39,6 @@ _categories = Category.__table__  # type: ignore[attr-defined]
 
 CHANNELS = tuple(c.value for c in Channel)
 MAX_PREFERENCES_PER_USER = 1_000
-_ONE_USER_AT_A_TIME = sa.text("SELECT pg_advisory_xact_lock(hashtextextended('preferences:' || :u, 0))")
 CATEGORY_PATTERN = rf"({NAME[:-1]}$)|(^\*$)"
 
 
@@ -166,7 +166,7 @@ async def set_preferences(
     """
     async with engine.begin() as conn:
         await _refuse_required_opt_outs(conn, tenant_id, entries)
-        await conn.execute(_ONE_USER_AT_A_TIME, {"u": str(user_id)})  # the counts below are then exact
+        await one_at_a_time(conn, kind="preferences", key=str(user_id))  # the counts below are then exact
         held = sa.select(sa.func.count()).select_from(_prefs).where(_prefs.c.user_id == user_id)
         before = (await conn.execute(held)).scalar_one()
         if replace:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api.caps import hold_under_cap
+from api.caps import hold_under_cap, one_at_a_time
 from api.errors import ApiError
 from api.models import NAME
 from api.template_preview import LOCALE, render_checked
@@ -112,8 +112,7 @@ def template_out(row: Any) -> TemplateOut:
 
 async def _lock(conn: AsyncConnection, tenant_id: str, name: str, channel: str, locale: str) -> None:
     # Serializes version numbering and activation of one (tenant, name, channel, locale).
-    key = f"template:{tenant_id}:{name}:{channel}:{locale.lower()}"
-    await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+    await one_at_a_time(conn, kind="template", key=f"{tenant_id}:{name}:{channel}:{locale.lower()}")
 
 
 def _same(tenant_id: str, name: str, channel: str, locale: str) -> list[Any]:

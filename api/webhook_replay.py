@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.caps import one_at_a_time
 from api.errors import ApiError
 from core.webhook_events import PARKED_AT
 from schema.ids import uuid7_time
@@ -80,7 +81,6 @@ class DeliveryOut(BaseModel):
 
 
 _ENDPOINT = sa.text("SELECT enabled, event_types FROM webhook_endpoints WHERE id = :e AND tenant_id = :t")
-_ONE_AT_A_TIME = sa.text("SELECT pg_advisory_xact_lock(hashtextextended('webhook-replay:' || :e, 0))")
 # Both read ix_webhook_deliveries_pending_endpoint (pending rows only, migration 0013).
 _PENDING_REPLAYS = sa.text(
     """
@@ -137,7 +137,7 @@ async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, requ
         if not endpoint.enabled:
             raise ApiError(409, "endpoint_disabled", "The endpoint is disabled: enable it, then replay.")
         # One replay of an endpoint at a time: the next one's statements see what this one queued.
-        await conn.execute(_ONE_AT_A_TIME, {"e": str(endpoint_id)})
+        await one_at_a_time(conn, kind="webhook-replay", key=str(endpoint_id))
         pending = (await conn.execute(_PENDING_REPLAYS, {"e": endpoint_id, "limit": MAX_REPLAY})).scalar_one()
         room = MAX_REPLAY - pending
         if room <= 0:
