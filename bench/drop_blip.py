@@ -34,11 +34,11 @@ from dataclasses import dataclass
 import asyncpg
 
 from bench.e2e import measure, pipeline, print_figures
-from bench.growth_drop import Sample, probe
+from bench.growth_drop import Sample, make_days_ahead, probe
 from bench.growth_fill import DAYS, fill
 from bench.load import Load, LoadPlan
 from bench.wrk_load import wrk_drive
-from clarion.log_maintenance import maintain, utc_today
+from clarion.log_maintenance import utc_today
 from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from commands.runner import log_maintainer
@@ -91,18 +91,6 @@ class RepeatedDrops:
         self.samples: list[Sample] = []
         self.runs: list[tuple[float, float, list[str]]] = []  # start, end, dropped
         self.refused = 0
-
-    async def make_days_ahead(self) -> None:
-        """The partitions the upkeep runs would create, made before the load (a retention no day
-        reaches: these runs only create)."""
-        settings = Settings(database_url=self.database_url, env="test")
-        conn = await asyncpg.connect(asyncpg_dsn(self.database_url))
-        try:
-            for k in range(1, self.drops + 1):
-                await maintain(conn=conn, today=utc_today() + dt.timedelta(days=k), retention_days=36_500,
-                               partitions_ahead=settings.partition_days_ahead)  # fmt: skip
-        finally:
-            await conn.close()
 
     async def _drop_every(self, t0: float) -> None:
         maintainer = log_maintainer(Settings(database_url=self.database_url, env="test"))
@@ -188,7 +176,7 @@ async def run(plan: LoadPlan, rows: int, drops: int, every_s: float) -> None:
 
     async with pipeline(plan, prepare=prepare) as p:
         repeated = RepeatedDrops(p.database_url, p.api_url, p.key, plan, drops=drops, every_s=every_s)
-        await repeated.make_days_ahead()
+        await make_days_ahead(p.database_url, days=drops)
         measured = await measure(p, plan, repeated.drive)
     print_figures(
         f"The load with {drops} drops, wrk {plan.seconds:g} s, {plan.concurrency} connections", measured

@@ -73,6 +73,23 @@ class Latency:
         return Latency(len(samples), refused, statistics.median(values), p99, values[-1])
 
 
+async def make_days_ahead(database_url: str, *, days: int) -> None:
+    """The partitions upkeep runs with their clocks 1 .. ``days`` days ahead would create, made
+    now, so a run during a load is only its drops (and the gauges' few queries)."""
+    settings = Settings(database_url=database_url, env="test")
+    conn = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        for k in range(1, days + 1):
+            await maintain(  # a retention no day reaches: this run only creates
+                conn=conn,
+                today=utc_today() + dt.timedelta(days=k),
+                retention_days=36_500,
+                partitions_ahead=settings.partition_days_ahead,
+            )
+    finally:
+        await conn.close()
+
+
 async def probe(url: str, key: str, channel: str, *, t0: float, stop: asyncio.Event) -> list[Sample]:
     """Send one notification after another until ``stop`` is set; the latency of each, and
     whether it was accepted (a refusal is a result here, not an error)."""
@@ -99,18 +116,7 @@ class DropDuringLoad:
 
     async def make_days_ahead(self) -> None:
         """Before the load: the partitions the run during it would create (its clock a day on)."""
-        settings = Settings(database_url=self.pipeline.database_url, env="test")
-        conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
-        try:
-            tomorrow = utc_today() + dt.timedelta(days=1)
-            await maintain(  # a retention no day reaches: this run only creates
-                conn=conn,
-                today=tomorrow,
-                retention_days=36_500,
-                partitions_ahead=settings.partition_days_ahead,
-            )
-        finally:
-            await conn.close()
+        await make_days_ahead(self.pipeline.database_url, days=1)
 
     async def _drop(self, t0: float) -> Drop:
         await asyncio.sleep(self.after_s)
