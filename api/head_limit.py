@@ -73,19 +73,22 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if self._writer is not None:
             self._writer.flush()
 
+    def close_with(self, answer: bytes = b"") -> None:
+        """Close the connection after what it already wrote and then ``answer`` (if any)."""
+        self.flush()
+        if answer:
+            self.transport.write(answer)
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
         self._head_bytes += len(data)
         super().data_received(data)
         if self._in_head and self._head_bytes > HEAD_LIMIT_BYTES and not self.transport.is_closing():
-            self.flush()
-            self.transport.write(_RESPONSE)
-            self.transport.close()
+            self.close_with(_RESPONSE)
 
     def send_400_response(self, msg: str) -> None:
         """A request httptools refused, answered in the API's error shape (uvicorn's is text)."""
-        self.flush()
-        self.transport.write(_BAD_RESPONSE)
-        self.transport.close()
+        self.close_with(_BAD_RESPONSE)
 
     def shutdown(self) -> None:
         self.flush()  # a response completed this turn still goes out before the close

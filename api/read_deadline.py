@@ -77,15 +77,12 @@ class ReadDeadlineProtocol(HeadLimitedProtocol):
     def _head_late(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            self.flush()
-            self.transport.write(_RESPONSE)
-            self.transport.close()
+            self.close_with(_RESPONSE)
 
     def _body_late(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            self.flush()
-            self.transport.close()
+            self.close_with()
 
 
 def read_deadline_protocol(*, head_timeout_s: float, body_timeout_s: float) -> type[ReadDeadlineProtocol]:
