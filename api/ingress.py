@@ -49,9 +49,16 @@ class IngressLimits:
         await self.limiter.aclose()
 
 
+def tenant_key(spec: RuleSpec, tenant_id: str) -> str:
+    """The limiter key of a ``tenant`` rule for one tenant: its accepts and, when they come due,
+    its scheduled sends' releases (`api.release_pacing`) are charged to it."""
+    return f"ingress:{spec.id}:{tenant_id}"
+
+
 def _key(spec: RuleSpec, principal: Principal) -> str:
-    who = principal.tenant_id if spec.scope == "tenant" else f"{principal.tenant_id}:{principal.key_id}"
-    return f"ingress:{spec.id}:{who}"
+    if spec.scope == "tenant":
+        return tenant_key(spec, principal.tenant_id)
+    return f"ingress:{spec.id}:{principal.tenant_id}:{principal.key_id}"
 
 
 async def enforce_ingress(*, request: Request, principal: Principal, cost: int) -> None:

@@ -8,6 +8,10 @@ Each pass picks, with ``FOR UPDATE SKIP LOCKED`` so several relays share the wor
 - queued rows (``accepted`` with ``queued_at``, or ``queued`` as written before migration 0010)
   not republished for ``stale_queued_s`` (the broker lost its data).
 
+Due ``scheduled`` rows are paced by their tenant's ``tenant`` rule (`api.release_pacing`): the
+rows it does not admit yet get a later ``not_before`` in the same transaction, and a pass goes on
+while it picks a full batch, whatever it released.
+
 A republished message carries the notification's stored traceparent in its record headers, so
 the worker's spans join the trace its accept began, however late the message comes.
 """
@@ -20,45 +24,77 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.outbox import republish
+from api.release_pacing import DueRow, ReleasePacing, ReleasePlan
 from clarion import metrics
 from clarion.kafka import Publisher
+from clarion.rules import RuleSpec
 from clarion.settings import Settings
+from core.horizon import MAX_WAIT
+from core.limiter import build_rate_limiter
+from core.ratelimit_memory import MemoryRateLimiter
 
 log = logging.getLogger(__name__)
 
-PICK = sa.text(
-    """
-    WITH due AS (
-        SELECT id, created_at FROM notifications
-         WHERE (status = 'accepted' AND queued_at IS NULL
-                AND coalesce(published_at, created_at) < now() - make_interval(secs => :grace_s))
-            OR (status IN ('retrying', 'delayed', 'scheduled') AND not_before <= now()
-                AND (published_at IS NULL OR published_at < not_before
-                     OR published_at < now() - make_interval(secs => :stale_s)))
-            OR (status = 'sending' AND lease_until < now()
-                AND (published_at IS NULL OR published_at < lease_until
-                     OR published_at < now() - make_interval(secs => :stale_s)))
-            OR ((status = 'queued' OR (status = 'accepted' AND queued_at IS NOT NULL))
-                AND published_at < now() - make_interval(secs => :stale_s))
-         ORDER BY created_at
-         LIMIT :limit
-         FOR UPDATE SKIP LOCKED
-    )
+DUE = """
+    (status = 'accepted' AND queued_at IS NULL
+     AND coalesce(published_at, created_at) < now() - make_interval(secs => $1))
+ OR (status IN ('retrying', 'delayed', 'scheduled') AND not_before <= now()
+     AND (published_at IS NULL OR published_at < not_before
+          OR published_at < now() - make_interval(secs => $2)))
+ OR (status = 'sending' AND lease_until < now()
+     AND (published_at IS NULL OR published_at < lease_until
+          OR published_at < now() - make_interval(secs => $2)))
+ OR ((status = 'queued' OR (status = 'accepted' AND queued_at IS NOT NULL))
+     AND published_at < now() - make_interval(secs => $2))
+"""
+PICK = f"""
+    SELECT id, created_at, tenant_id, channel, user_id, priority, traceparent, status,
+           coalesce(send_at, created_at) AS due_at
+      FROM notifications
+     WHERE {DUE}
+     ORDER BY created_at
+     LIMIT $3
+       FOR UPDATE SKIP LOCKED
+"""
+MARK_RELEASED = """
     UPDATE notifications n SET published_at = now()
-      FROM due WHERE n.id = due.id AND n.created_at = due.created_at
-    RETURNING n.id, n.tenant_id, n.channel, n.user_id, n.priority, n.traceparent
-    """
-)
+      FROM unnest($1::uuid[], $2::timestamptz[]) AS v(id, created_at)
+     WHERE n.id = v.id AND n.created_at = v.created_at
+"""
+_DETAIL_CHANGED = "n.history->-1->>'detail' IS DISTINCT FROM v.detail"
+_ENTRY = """jsonb_build_array(jsonb_build_object(
+           'status', {status},
+           'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+           'detail', v.detail))"""
+# One history entry per rule that holds a row back, not one per move: a tenant that keeps its
+# budget busy would otherwise grow its rows' history by an entry every emission interval.
+HOLD = f"""
+    UPDATE notifications n
+       SET not_before = v.not_before, updated_at = now(),
+           history = CASE WHEN {_DETAIL_CHANGED}
+                          THEN n.history || {_ENTRY.format(status="n.status")} ELSE n.history END
+      FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::text[])
+           AS v(id, created_at, not_before, detail)
+     WHERE n.id = v.id AND n.created_at = v.created_at
+"""
+THROTTLE = f"""
+    UPDATE notifications n
+       SET status = 'throttled', not_before = NULL, updated_at = now(),
+           error_code = 'rate_limited', error_message = v.message,
+           history = n.history || {_ENTRY.format(status="'throttled'")}
+      FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS v(id, created_at, message, detail)
+     WHERE n.id = v.id AND n.created_at = v.created_at
+"""
 
 
 @dataclass
 class RelayStats:
     passes: int = 0
     republished: int = 0
+    held: int = 0  # scheduled rows their tenant's rule held back (api.release_pacing)
 
 
 class Relay:
@@ -73,30 +109,36 @@ class Relay:
         grace_s: float,
         stale_queued_s: float,
         batch: int = 2_000,
+        pacing: ReleasePacing | None = None,
     ) -> None:
+        """``pacing`` defaults to the rules in ``engine``'s database counted in this process alone."""
         self.engine = engine
         self.publisher = publisher
         self.interval_s = interval_s
         self.grace_s = grace_s
         self.stale_queued_s = stale_queued_s
         self.batch = batch
+        self.pacing = pacing or ReleasePacing.from_engine(engine, MemoryRateLimiter())
         self.stats = RelayStats()
 
     @classmethod
     def from_settings(cls, engine: AsyncEngine, publisher: Publisher, settings: Settings) -> Relay:
-        """The relay ``settings`` describe (its ``relay_*`` fields)."""
+        """The relay ``settings`` describe (its ``relay_*`` fields), pacing on the limiter the
+        API charges (``redis_url``)."""
+        limiter = build_rate_limiter(settings.redis_url, prefix=f"{settings.redis_key_prefix}rl:")
         return cls(
             engine,
             publisher,
             interval_s=settings.relay_interval_s,
             grace_s=settings.relay_grace_s,
             stale_queued_s=settings.relay_stale_queued_s,
+            pacing=ReleasePacing.from_engine(engine, limiter),
         )
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Relay]:
         """`run` in a task for the duration of the block, cancelled (and awaited) when it ends.
-        The publisher and engine stay the caller's to close."""
+        The publisher and engine stay the caller's to close; the pacing's limiter is closed."""
         task = asyncio.create_task(self.run())
         try:
             yield self
@@ -104,23 +146,25 @@ class Relay:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await self.pacing.limiter.aclose()
 
     async def run_once(self) -> int:
-        """One pass; returns how many notifications were republished."""
+        """One pass; returns how many due rows it picked (released, held back or throttled)."""
         async with self.engine.begin() as conn:
-            rows = (
-                await conn.execute(
-                    PICK, {"grace_s": self.grace_s, "stale_s": self.stale_queued_s, "limit": self.batch}
-                )
-            ).all()
-        if not rows:
-            return 0
-        acked = await republish(engine=self.engine, publisher=self.publisher, rows=rows)
-        self.stats.republished += acked
-        metrics.RELAY_REPUBLISHED.inc(acked)
-        if acked:
-            log.info("relay republished %d notifications", acked)
-        return acked
+            picked = await conn.exec_driver_sql(PICK, (self.grace_s, self.stale_queued_s, self.batch))
+            rows = [DueRow(**r) for r in picked.mappings()]
+            if not rows:
+                return 0
+            plan = await self.pacing.plan(rows)
+            await _write(conn, plan)
+        self.stats.held += len(plan.hold)
+        if plan.release:
+            acked = await republish(engine=self.engine, publisher=self.publisher, rows=plan.release)
+            self.stats.republished += acked
+            metrics.RELAY_REPUBLISHED.inc(acked)
+            if acked:
+                log.info("relay republished %d notifications", acked)
+        return len(rows)
 
     async def run(self) -> None:
         while True:
@@ -131,3 +175,38 @@ class Relay:
             except Exception:
                 log.warning("relay pass failed; retrying in %.1fs", self.interval_s, exc_info=True)
             await asyncio.sleep(self.interval_s)
+
+
+async def _write(conn: AsyncConnection, plan: ReleasePlan) -> None:
+    """Mark the released rows published, and move the held ones' ``not_before``."""
+    if plan.release:
+        await conn.exec_driver_sql(
+            MARK_RELEASED, ([r.id for r in plan.release], [r.created_at for r in plan.release])
+        )
+    if plan.hold:
+        await conn.exec_driver_sql(
+            HOLD,
+            (
+                [h.row.id for h in plan.hold],
+                [h.row.created_at for h in plan.hold],
+                [h.not_before for h in plan.hold],
+                [_held_by(h.rule) for h in plan.hold],
+            ),
+        )
+    if plan.throttle:
+        await conn.exec_driver_sql(
+            THROTTLE,
+            (
+                [h.row.id for h in plan.throttle],
+                [h.row.created_at for h in plan.throttle],
+                [
+                    f"held by {_held_by(h.rule)} past {MAX_WAIT.days} days after its send_at: not sent"
+                    for h in plan.throttle
+                ],
+                [f"rule {h.rule.label}" for h in plan.throttle],
+            ),
+        )
+
+
+def _held_by(spec: RuleSpec) -> str:
+    return f"tenant rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)"

@@ -51,7 +51,7 @@ def test_the_pattern_reads_a_list() -> None:
     [
         ("the claim (workers/claim.py)", CLAIM, [CLAIMABLE_STATUSES]),
         ("the cancel (api/lifecycle.py)", CANCEL, [CLAIMABLE_STATUSES]),
-        ("the relay's due waits (api/relay.py)", PICK.text, [WAITS_FOR_NOT_BEFORE]),
+        ("the relay's due waits (api/relay.py)", PICK, [WAITS_FOR_NOT_BEFORE]),
         ("the ops queue depth (api/ops.py)", _PENDING_SQL, [frozenset({"retrying", "delayed"}), LIVE]),
         ("the pending index (schema/log_models.py)", pending_index_predicate(), [LIVE]),
         ("the retention's live rows (clarion/log_maintenance.py)", LIVE_NOTIFICATION, [LIVE]),
@@ -64,6 +64,6 @@ def test_each_sql_list_matches_the_enums(where: str, sql: str, expected: list[fr
 
 def test_every_listed_name_is_a_status() -> None:
     names = {s.value for s in Status}
-    for sql in (CLAIM, CANCEL, PICK.text, _PENDING_SQL, pending_index_predicate(), WAITING):
+    for sql in (CLAIM, CANCEL, PICK, _PENDING_SQL, pending_index_predicate(), WAITING):
         for listed in status_lists(sql):
             assert listed <= names, listed - names

@@ -1,0 +1,152 @@
+"""Pacing scheduled sends as they come due: a tenant's ``tenant`` rule also holds its releases.
+
+A scheduled send (``send_at``) is counted by the tenant's ingress rules when it is accepted,
+maybe weeks before it is due. Released all at once, the sends a tenant banks for one instant
+flood the shared lane: 102,100 accepted at 2,000/s for one moment made another tenant's
+immediate sends wait 90 s behind them (2026-11-28, a helper's probe). So the relay charges each
+release to the tenant's slowest ``tenant`` rule, on the very key the API charges its immediate
+sends to (`api.ingress.tenant_key`): what a tenant puts into the lanes, sent now or coming due,
+shares one budget.
+
+For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
+
+- as many as the rule admits now are released;
+- the rest wait: their ``not_before`` moves to the times the rule would admit them, one emission
+  interval (``period_s / limit``) apart, after the wait the limiter named. They leave the due
+  rows, so the relay's next pass reaches other tenants' rows, not the same backlog again. The
+  row stays ``scheduled``; its history gains one entry naming the rule (not one per move);
+- one that would then wait past `core.horizon.MAX_WAIT` after its ``send_at`` ends
+  ``throttled``, naming the rule, as a worker's hold past the horizon does.
+
+Only ``scheduled`` rows are paced. The relay's other rows were counted when they first entered
+a lane (a publish that failed, a worker that died, a broker that lost data), and retries and
+holds are paced by the workers' own rules. Without any ``tenant`` rule nothing is held. A tenant
+whose immediate sends keep its budget busy holds back its own scheduled sends (it asked for more
+than its budget); no other tenant waits for them. Without Redis (``CLARION_REDIS_URL``) the
+relay counts its releases alone, apart from the API's count.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.ingress import tenant_key
+from clarion import metrics
+from clarion.rules import RulesCache, RuleSpec
+from core.horizon import MAX_WAIT
+from core.ratelimit import Allowed, RateLimiter, RetryAfter, Rule
+
+
+@dataclass(frozen=True, slots=True)
+class DueRow:
+    """A notification the relay's pass picked: what republishing it needs, and what pacing reads."""
+
+    id: UUID
+    created_at: datetime
+    tenant_id: str
+    channel: str
+    user_id: UUID
+    priority: str
+    traceparent: str | None
+    status: str
+    due_at: datetime  # send_at, or created_at for a row sent at once
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A scheduled row the tenant's rule does not admit yet: due again at ``not_before``."""
+
+    row: DueRow
+    not_before: datetime
+    rule: RuleSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasePlan:
+    release: tuple[DueRow, ...]
+    hold: tuple[Hold, ...]
+    throttle: tuple[Hold, ...]  # would be held past the horizon: ends ``throttled``
+
+
+class ReleasePacing:
+    """Decides, for a pass's due rows, which go to the broker now (see module docstring)."""
+
+    def __init__(
+        self,
+        rules: RulesCache,
+        limiter: RateLimiter,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.rules = rules
+        self.limiter = limiter
+        self._clock = clock
+
+    @classmethod
+    def from_engine(cls, engine: AsyncEngine, limiter: RateLimiter) -> ReleasePacing:
+        """Pacing with the rules read through ``engine`` (the relay's own connections)."""
+
+        async def fetch(sql: str) -> Sequence[Mapping[str, Any]]:
+            async with engine.connect() as conn:
+                return cast(Sequence[Mapping[str, Any]], (await conn.exec_driver_sql(sql)).mappings().all())
+
+        return cls(RulesCache(fetch), limiter)
+
+    async def plan(self, rows: Sequence[DueRow]) -> ReleasePlan:
+        """Split ``rows`` into those released now, those held to a later ``not_before``, and
+        those past the horizon; ``rows`` in the order to release them (oldest first)."""
+        paced: dict[str, list[DueRow]] = defaultdict(list)
+        for row in rows:
+            if row.status == "scheduled":
+                paced[row.tenant_id].append(row)
+        if not paced:
+            return ReleasePlan(tuple(rows), (), ())
+        snapshot = await self.rules.current()
+        hold: list[Hold] = []
+        throttle: list[Hold] = []
+        now = self._clock()
+        for tenant_id, waiting in paced.items():
+            spec = slowest(snapshot.for_tenant("tenant", tenant_id))
+            if spec is None:
+                continue
+            rule = spec.to_rule()
+            admitted, wait_s = await self._admit(tenant_key(spec, tenant_id), rule, len(waiting))
+            step_s = rule.period_s / rule.limit
+            dropped = 0
+            for j, row in enumerate(waiting[admitted:]):
+                at = now + timedelta(seconds=wait_s + j * step_s)
+                past_horizon = at > row.due_at + MAX_WAIT
+                (throttle if past_horizon else hold).append(Hold(row, at, spec))
+                dropped += past_horizon
+            decisions = metrics.RATELIMIT_DECISIONS
+            decisions.labels(spec.metric_label, "allowed").inc(admitted)
+            decisions.labels(spec.metric_label, "delayed").inc(len(waiting) - admitted - dropped)
+            decisions.labels(spec.metric_label, "dropped").inc(dropped)
+        waits = {h.row.id for h in (*hold, *throttle)}
+        return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle))
+
+    async def _admit(self, key: str, rule: Rule, wanted: int) -> tuple[int, float]:
+        """How many of ``wanted`` the rule admits now (charged), and the seconds until the next
+        one would be admitted."""
+        step_s = rule.period_s / rule.limit
+        cost = min(wanted, rule.capacity)
+        decision = await self.limiter.acquire(key, rule, cost)
+        if isinstance(decision, RetryAfter) and decision.remaining > 0:
+            cost = min(cost, decision.remaining)
+            decision = await self.limiter.acquire(key, rule, cost)
+        if isinstance(decision, Allowed):
+            return cost, step_s
+        # Refused whole: the answer is when ``cost`` would fit; one fits ``cost - 1`` slots sooner.
+        return 0, max(step_s, decision.retry_after_ms / 1000 - (cost - 1) * step_s)
+
+
+def slowest(specs: Sequence[RuleSpec]) -> RuleSpec | None:
+    """The rule that admits the fewest sends a second (the smaller burst on a tie), or None."""
+    return min(specs, key=lambda s: (s.limit / s.period_s, s.limit + s.burst), default=None)

@@ -1,0 +1,105 @@
+"""The relay's pacing of scheduled sends coming due (api/release_pacing.py): a tenant's ``tenant``
+rule decides how many go now, the rest wait a slot apart; nothing else is held."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from api.ingress import tenant_key
+from api.release_pacing import DueRow, ReleasePacing, slowest
+from clarion.rules import RulesCache
+from core.horizon import MAX_WAIT
+from core.ratelimit_memory import MemoryRateLimiter
+from tests.fixtures.throttle_gate import NOW, Table, rule_row
+
+
+def due(tenant_id: str = "t1", *, status: str = "scheduled", n: int = 1, **overrides: Any) -> list[DueRow]:
+    rows = []
+    for _ in range(n):
+        fields: dict[str, Any] = {
+            "id": uuid.uuid4(), "created_at": NOW - timedelta(hours=1), "tenant_id": tenant_id,
+            "channel": "email", "user_id": uuid.uuid4(), "priority": "normal", "traceparent": None,
+            "status": status, "due_at": NOW,
+        }  # fmt: skip
+        rows.append(DueRow(**{**fields, **overrides}))
+    return rows
+
+
+def tenant_rule(**overrides: Any) -> dict[str, Any]:
+    return rule_row(**{"scope": "tenant", "limit": 10, "period_s": 1.0, "burst": 0, **overrides})
+
+
+def pacing(*rules: dict[str, Any], limiter: MemoryRateLimiter | None = None) -> ReleasePacing:
+    # The limiter's clock stands still with the pacing's: a loaded machine cannot refill a bucket.
+    return ReleasePacing(
+        RulesCache(Table(list(rules)).fetch),
+        limiter or MemoryRateLimiter(clock=lambda: 1_000.0),
+        clock=lambda: NOW,
+    )
+
+
+async def test_without_a_tenant_rule_everything_due_is_released() -> None:
+    rows = due(n=3) + due(status="retrying") + due("t2", n=2)
+    plan = await pacing(rule_row(scope="recipient")).plan(rows)
+    assert plan.release == tuple(rows) and not plan.hold and not plan.throttle
+
+
+async def test_a_tenants_rule_releases_its_oldest_and_holds_the_rest_a_slot_apart() -> None:
+    mine = due(n=25)
+    others = due("t2", n=3)
+    recovered = due(status="accepted", n=2)  # counted when it first entered a lane: never held
+    plan = await pacing(tenant_rule()).plan([*mine, *others, *recovered])
+
+    assert set(plan.release) == {*mine[:10], *others, *recovered}
+    assert [h.row for h in plan.hold] == mine[10:]
+    assert [h.not_before for h in plan.hold] == [NOW + timedelta(seconds=0.1 * (j + 1)) for j in range(15)]
+    assert {h.rule.name for h in plan.hold} == {"rule"} and not plan.throttle
+
+
+async def test_what_the_api_charged_the_tenant_leaves_less_for_its_releases() -> None:
+    """One budget: the key the API charges its immediate sends to is the one releases draw on."""
+    rule = tenant_rule()
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    spec = (await RulesCache(Table([rule]).fetch).current()).rules[0]
+    assert await limiter.acquire(tenant_key(spec, "t1"), spec.to_rule(), 7)
+
+    plan = await pacing(rule, limiter=limiter).plan(due(n=5))
+    assert len(plan.release) == 3  # what the 7 immediate sends left of 10
+    assert plan.hold[0].not_before == NOW + timedelta(seconds=0.1)
+
+
+async def test_with_the_budget_spent_nothing_goes_and_the_first_waits_for_its_slot() -> None:
+    rule = tenant_rule(limit=2, period_s=10.0)  # one every 5 s
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    spec = (await RulesCache(Table([rule]).fetch).current()).rules[0]
+    assert await limiter.acquire(tenant_key(spec, "t1"), spec.to_rule(), 2)
+
+    plan = await pacing(rule, limiter=limiter).plan(due(n=3))
+    assert not plan.release
+    assert [h.not_before for h in plan.hold] == [NOW + timedelta(seconds=s) for s in (5, 10, 15)]
+
+
+async def test_a_hold_past_the_horizon_after_send_at_ends_throttled() -> None:
+    late = due(due_at=NOW - MAX_WAIT, n=2)  # due a month ago, held ever since
+    plan = await pacing(tenant_rule(limit=1, period_s=60.0)).plan(late)
+    assert plan.release == (late[0],)
+    assert [h.row for h in plan.throttle] == [late[1]] and not plan.hold
+
+
+@pytest.mark.parametrize(
+    ("rules", "expected"),
+    [
+        ([tenant_rule(name="fast", limit=100), tenant_rule(name="slow", limit=5)], "slow"),
+        ([tenant_rule(name="a", limit=60, period_s=60.0), tenant_rule(name="b", limit=2, period_s=1.0)], "a"),
+        ([tenant_rule(name="burst", burst=50), tenant_rule(name="tight")], "tight"),
+    ],
+)
+async def test_the_slowest_rule_paces(rules: list[dict[str, Any]], expected: str) -> None:
+    specs = (await RulesCache(Table(rules).fetch).current()).rules
+    chosen = slowest(specs)
+    assert chosen is not None and chosen.name == expected
+    assert slowest(()) is None
