@@ -9,10 +9,12 @@ redrive is never lost. It works in batches, each its own transaction, so a large
 neither holds locks for long nor starts over when interrupted: what is done is done.
 
 A tenant's redrive (``POST /v1/ops/dlq/{channel}/redrive``) requeues at most
-``MAX_REDRIVE_PER_CALL`` and says how many still match (``remaining``): a redrive puts its
-notifications into the lane every tenant's sends share, past the API's ingress rate limits, so one
-call of a tenant with a million dead letters would have queued them all ahead of everyone else's
-sends. The operator's ``clarion dlq redrive`` has no such bound.
+``MAX_REDRIVE_PER_CALL``, no more than its ``tenant`` rule admits now (``api/tenant_budget.py``,
+the budget its sends are charged to), and says how many still match (``remaining``): a redrive
+puts its notifications into the lane every tenant's sends share, so one call of a tenant with a
+million dead letters would have queued them all ahead of everyone else's sends, and calls in a
+loop would have done the same 10,000 at a time. The operator's ``clarion dlq redrive`` has no
+such bound.
 """
 
 from __future__ import annotations

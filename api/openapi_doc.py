@@ -69,6 +69,7 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/notifications/batch"): (415, 429),
     ("get", "/v1/notifications"): (429,),  # too_many_searches (api/search_limit.py)
     ("get", "/v1/ops/dlq/{channel}"): (429,),
+    ("post", "/v1/ops/dlq/{channel}/redrive"): (429,),  # the tenant's budget (api/tenant_budget.py)
     ("get", "/v1/analytics"): (429,),  # the search share too
     ("post", "/v1/webhook-endpoints/{endpoint_id}/replay"): (409,),  # endpoint_disabled, replay_backlog
     ("put", "/v1/rate-limits/{rule_id}"): (409,),  # limit_reached: recipient rules

@@ -5,7 +5,7 @@ maybe weeks before it is due. Released all at once, the sends a tenant banks for
 flood the shared lane: 102,100 accepted at 2,000/s for one moment made another tenant's
 immediate sends wait 90 s behind them (2026-11-28, a helper's probe). So the relay charges each
 release to the tenant's slowest ``tenant`` rule, on the very key the API charges its immediate
-sends to (`api.ingress.tenant_key`): what a tenant puts into the lanes, sent now or coming due,
+sends to (`api.tenant_budget`): what a tenant puts into the lanes, sent now or coming due,
 shares one budget.
 
 For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
@@ -37,11 +37,11 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.ingress import tenant_key
+from api.tenant_budget import take
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
 from core.horizon import MAX_WAIT
-from core.ratelimit import Allowed, RateLimiter, RetryAfter, Rule
+from core.ratelimit import RateLimiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,40 +113,18 @@ class ReleasePacing:
         throttle: list[Hold] = []
         now = self._clock()
         for tenant_id, waiting in paced.items():
-            spec = slowest(snapshot.for_tenant("tenant", tenant_id))
-            if spec is None:
+            grant = await take(limiter=self.limiter, rules=snapshot, tenant_id=tenant_id, wanted=len(waiting))
+            if grant is None:
                 continue
-            rule = spec.to_rule()
-            admitted, wait_s = await self._admit(tenant_key(spec, tenant_id), rule, len(waiting))
-            step_s = rule.period_s / rule.limit
             dropped = 0
-            for j, row in enumerate(waiting[admitted:]):
-                at = now + timedelta(seconds=wait_s + j * step_s)
+            for j, row in enumerate(waiting[grant.admitted :]):
+                at = now + timedelta(seconds=grant.wait_s + j * grant.step_s)
                 past_horizon = at > row.due_at + MAX_WAIT
-                (throttle if past_horizon else hold).append(Hold(row, at, spec))
+                (throttle if past_horizon else hold).append(Hold(row, at, grant.rule))
                 dropped += past_horizon
-            decisions = metrics.RATELIMIT_DECISIONS
-            decisions.labels(spec.metric_label, "allowed").inc(admitted)
-            decisions.labels(spec.metric_label, "delayed").inc(len(waiting) - admitted - dropped)
-            decisions.labels(spec.metric_label, "dropped").inc(dropped)
+            label, decisions = grant.rule.metric_label, metrics.RATELIMIT_DECISIONS
+            decisions.labels(label, "allowed").inc(grant.admitted)
+            decisions.labels(label, "delayed").inc(len(waiting) - grant.admitted - dropped)
+            decisions.labels(label, "dropped").inc(dropped)
         waits = {h.row.id for h in (*hold, *throttle)}
         return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle))
-
-    async def _admit(self, key: str, rule: Rule, wanted: int) -> tuple[int, float]:
-        """How many of ``wanted`` the rule admits now (charged), and the seconds until the next
-        one would be admitted."""
-        step_s = rule.period_s / rule.limit
-        cost = min(wanted, rule.capacity)
-        decision = await self.limiter.acquire(key, rule, cost)
-        if isinstance(decision, RetryAfter) and decision.remaining > 0:
-            cost = min(cost, decision.remaining)
-            decision = await self.limiter.acquire(key, rule, cost)
-        if isinstance(decision, Allowed):
-            return cost, step_s
-        # Refused whole: the answer is when ``cost`` would fit; one fits ``cost - 1`` slots sooner.
-        return 0, max(step_s, decision.retry_after_ms / 1000 - (cost - 1) * step_s)
-
-
-def slowest(specs: Sequence[RuleSpec]) -> RuleSpec | None:
-    """The rule that admits the fewest sends a second (the smaller burst on a tie), or None."""
-    return min(specs, key=lambda s: (s.limit / s.period_s, s.limit + s.burst), default=None)

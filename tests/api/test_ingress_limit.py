@@ -17,6 +17,7 @@ from clarion.tenants import create_api_key
 from harness.services import ApiServer, api_client, wait_until
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
+from tests.fixtures.rules import wait_loaded
 from tests.fixtures.sends import count_notifications, email_send
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -27,18 +28,6 @@ async def add_rule(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
     response = await client.post("/v1/rate-limits", json={"scope": "tenant", **fields})
     assert response.status_code == 201, response.text
     return dict(response.json())
-
-
-async def wait_loaded(server: ApiServer, rule: dict[str, Any]) -> None:
-    """Until ``server``'s rules cache has reloaded and holds ``rule`` (it reloads every
-    ``REFRESH_TTL_S``): the condition the tests wait for, instead of sleeping past the interval.
-    Matched by id: another test's tenant may hold a rule of the same name."""
-
-    async def loaded() -> bool:
-        snapshot = await server.app.state.ingress.rules.current()
-        return any(str(r.id) == rule["id"] for r in snapshot.rules)
-
-    await wait_until(loaded, timeout_s=PICKUP_S)
 
 
 async def wait_enforced(client: httpx.AsyncClient) -> httpx.Response:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from api.ingress import tenant_key
-from api.release_pacing import DueRow, ReleasePacing, slowest
+from api.release_pacing import DueRow, ReleasePacing
+from api.tenant_budget import slowest
 from clarion.rules import RulesCache
 from core.horizon import MAX_WAIT
 from core.ratelimit_memory import MemoryRateLimiter
