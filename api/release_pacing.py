@@ -12,9 +12,10 @@ For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
 
 - as many as the rule admits now are released;
 - the rest wait: their ``not_before`` moves to the times the rule would admit them, one emission
-  interval (``period_s / limit``) apart, after the wait the limiter named. They leave the due
-  rows, so the relay's next pass reaches other tenants' rows, not the same backlog again. The
-  row stays ``scheduled``; its history gains one entry naming the rule (not one per move);
+  interval (``period_s / limit``) apart, after the wait the limiter named, and at most
+  ``HOLD_AHEAD`` away (then they are looked at again, under the rules then in force). They leave
+  the due rows, so the relay's next pass reaches other tenants' rows, not the same backlog again.
+  The row stays ``scheduled``; its history gains one entry naming the rule (not one per move);
 - one that would then wait past `core.horizon.MAX_WAIT` after its ``send_at`` ends
   ``throttled``, naming the rule, as a worker's hold past the horizon does.
 
@@ -42,6 +43,12 @@ from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
 from core.horizon import MAX_WAIT
 from core.ratelimit import RateLimiter
+
+# A row is held at most this far ahead, then looked at again: a rule the tenant loosens or
+# deletes reaches its held rows within it, instead of at the slots the old rule gave them (up to
+# 30 days out). The cost is one more update of each row held that far, every HOLD_AHEAD: 100,000
+# rows behind a rule of one a minute are ~330 row updates a second, against one each without it.
+HOLD_AHEAD = timedelta(minutes=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +127,7 @@ class ReleasePacing:
             for j, row in enumerate(waiting[grant.admitted :]):
                 at = now + timedelta(seconds=grant.wait_s + j * grant.step_s)
                 past_horizon = at > row.due_at + MAX_WAIT
-                (throttle if past_horizon else hold).append(Hold(row, at, grant.rule))
+                (throttle if past_horizon else hold).append(Hold(row, min(at, now + HOLD_AHEAD), grant.rule))
                 dropped += past_horizon
             label, decisions = grant.rule.metric_label, metrics.RATELIMIT_DECISIONS
             decisions.labels(label, "allowed").inc(grant.admitted)

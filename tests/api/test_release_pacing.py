@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from api.ingress import tenant_key
-from api.release_pacing import DueRow, ReleasePacing
+from api.release_pacing import HOLD_AHEAD, DueRow, ReleasePacing
 from api.tenant_budget import slowest
 from clarion.rules import RulesCache
 from core.horizon import MAX_WAIT
@@ -82,6 +82,12 @@ async def test_with_the_budget_spent_nothing_goes_and_the_first_waits_for_its_sl
     plan = await pacing(rule, limiter=limiter).plan(due(n=3))
     assert not plan.release
     assert [h.not_before for h in plan.hold] == [NOW + timedelta(seconds=s) for s in (5, 10, 15)]
+
+
+async def test_a_hold_is_at_most_hold_ahead_away_so_a_rule_changed_later_reaches_it() -> None:
+    plan = await pacing(tenant_rule(limit=1, period_s=120.0)).plan(due(n=5))  # one every 2 minutes
+    assert len(plan.release) == 1
+    assert [h.not_before for h in plan.hold] == [NOW + timedelta(minutes=m) for m in (2, 4)] + [NOW + HOLD_AHEAD] * 2
 
 
 async def test_a_hold_past_the_horizon_after_send_at_ends_throttled() -> None:
