@@ -23,7 +23,8 @@ from core.render import TURN_WAIT_S, Renderer, RenderError, RequestBudget
 BATCH_RENDER_BUDGET_MS = 1_000
 # A batch's renders are done within this, however long they waited for the render box (at nice 19
 # on a loaded machine a second of CPU took over 10 s): its later items are refused, not its answer
-# delayed past a client's timeout.
+# delayed past a client's timeout. Only render time counts (RequestBudget.rendering), not the
+# batch's database work between renders.
 BATCH_RENDER_WALL_S = 5.0
 
 

@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from functools import partial
 from typing import Any
@@ -143,11 +143,26 @@ class Renderer(TemplateRenderer):
                 del self._debts[name]
         debt = self._debts.setdefault(tenant or "", _CpuDebt())
         _may_render(debt if cpu_share else None, budget)
+        with budget.rendering() if budget is not None else nullcontext():
+            return await self._render_turn(call, in_box, key=(subject, body, html), debt=debt,
+                                           budget=budget, tenant=tenant, cpu_share=cpu_share)  # fmt: skip
+
+    async def _render_turn(
+        self,
+        call: partial[tuple[RenderedContent, float]],
+        in_box: Callable[[], Awaitable[tuple[RenderedContent, float]]],
+        *,
+        key: tuple[str | None, str, str | None],
+        debt: _CpuDebt,
+        budget: RequestBudget | None,
+        tenant: str | None,
+        cpu_share: bool,
+    ) -> RenderedContent:
+        """One render with the tenant's turn (``render_async``'s rest)."""
         async with self.turn(tenant or "", wait_s=TURN_WAIT_S if cpu_share else None):
             # Checked again with the turn: a render that waited for it must not run once the
             # request's budget or the tenant's share was spent meanwhile.
             _may_render(debt if cpu_share else None, budget)
-            key = (subject, body, html)
             try:
                 if cpu_share and debt.settle() > OWING_S:
                     content, spent_s = await in_box()

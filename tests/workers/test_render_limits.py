@@ -71,6 +71,60 @@ def test_a_request_budget_is_shared_by_every_render_of_the_request() -> None:
     assert Renderer().render(subject=None, body="fine {{ x }}", html=None, data={"x": 1}).body == "fine 1"
 
 
+def test_a_request_budgets_wall_time_runs_only_while_it_renders() -> None:
+    """A batch's database work between renders (a slow pool while another tenant loads the
+    database) is not render time: before, it used up the 5 s and good items were refused."""
+    now = [0.0]
+    budget = RequestBudget(1_000, wall_s=5.0, clock=lambda: now[0])
+    now[0] += 60.0  # a minute of anything but rendering
+    assert budget.remaining_ms == 1_000  # the CPU budget is the bound
+    with budget.rendering():
+        now[0] += 4.5
+        assert budget.remaining_ms == pytest.approx(500)
+        with budget.rendering():  # an overlapping render counts the same time once
+            now[0] += 0.25
+    assert budget.remaining_ms == pytest.approx(250)
+    now[0] += 60.0
+    assert budget.remaining_ms == pytest.approx(250)
+    with budget.rendering():
+        now[0] += 1.0
+    assert budget.remaining_ms < 0
+
+
+async def test_a_render_async_counts_its_wait_for_a_turn_against_the_wall() -> None:
+    now, read = [0.0], []
+
+    def clock() -> float:
+        read.append(now[0])
+        return now[0]
+
+    budget = RequestBudget(10_000, wall_s=5.0, clock=clock)
+    renderer = Renderer()
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_turn() -> None:
+        async with renderer.turn("t"):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold_the_turn())
+    try:
+        await held.wait()
+        render = asyncio.create_task(
+            renderer.render_async(subject=None, body="hi", html=None, data={}, tenant="t", budget=budget)
+        )
+        await wait_until(lambda: read, timeout_s=5)  # its render began: it waits for the turn
+        assert not render.done()
+        now[0] += 2.0  # for 2 s
+        release.set()
+        assert (await render).body == "hi"
+        assert budget.remaining_ms == pytest.approx(3_000)
+    finally:
+        release.set()
+        await holder
+        await renderer.aclose()
+
+
 async def test_a_slow_render_leaves_the_event_loop_free() -> None:
     renderer = Renderer(max_render_ms=300)
     ticks = 0
