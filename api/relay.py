@@ -9,8 +9,9 @@ Each pass picks, with ``FOR UPDATE SKIP LOCKED`` so several relays share the wor
   not republished for ``stale_queued_s`` (the broker lost its data).
 
 Due ``scheduled`` rows are paced by their tenant's ``tenant`` rule (`api.release_pacing`): the
-rows it does not admit yet get a later ``not_before`` in the same transaction, and a pass goes on
-while it picks a full batch, whatever it released.
+rows it does not admit yet get a later ``not_before`` in the same transaction. A run goes on pass
+after pass while a pass picks a full batch, whatever it released, each pass leaving out the
+scheduled rows of the tenants an earlier pass of the run held back.
 
 A republished message carries the notification's stored traceparent in its record headers, so
 the worker's spans join the trace its accept began, however late the message comes.
@@ -54,7 +55,8 @@ PICK = f"""
     SELECT id, created_at, tenant_id, channel, user_id, priority, traceparent, status,
            coalesce(send_at, created_at) AS due_at
       FROM notifications
-     WHERE {DUE}
+     WHERE ({DUE})
+       AND NOT (status = 'scheduled' AND tenant_id = ANY($4::text[]))
      ORDER BY created_at
      LIMIT $3
        FOR UPDATE SKIP LOCKED
@@ -88,6 +90,12 @@ THROTTLE = f"""
       FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS v(id, created_at, message, detail)
      WHERE n.id = v.id AND n.created_at = v.created_at
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    picked: int  # due rows taken (released, held back or throttled)
+    spent: frozenset[str]  # tenants whose scheduled rows were held: later passes of the run skip them
 
 
 @dataclass
@@ -148,13 +156,15 @@ class Relay:
                 await task
             await self.pacing.limiter.aclose()
 
-    async def run_once(self) -> int:
-        """One pass; returns how many due rows it picked (released, held back or throttled)."""
+    async def run_once(self, *, skip: frozenset[str] = frozenset()) -> Pass:
+        """One pass, leaving out the due ``scheduled`` rows of the tenants in ``skip``."""
         async with self.engine.begin() as conn:
-            picked = await conn.exec_driver_sql(PICK, (self.grace_s, self.stale_queued_s, self.batch))
+            picked = await conn.exec_driver_sql(
+                PICK, (self.grace_s, self.stale_queued_s, self.batch, sorted(skip))
+            )
             rows = [DueRow(**r) for r in picked.mappings()]
             if not rows:
-                return 0
+                return Pass(0, frozenset())
             plan = await self.pacing.plan(rows)
             await _write(conn, plan)
         self.stats.held += len(plan.hold)
@@ -164,14 +174,15 @@ class Relay:
             metrics.RELAY_REPUBLISHED.inc(acked)
             if acked:
                 log.info("relay republished %d notifications", acked)
-        return len(rows)
+        return Pass(len(rows), plan.spent)
 
     async def run(self) -> None:
         while True:
             self.stats.passes += 1
             try:
-                while await self.run_once() >= self.batch:
-                    pass
+                skip: frozenset[str] = frozenset()
+                while (done := await self.run_once(skip=skip)).picked >= self.batch:
+                    skip |= done.spent
             except Exception:
                 log.warning("relay pass failed; retrying in %.1fs", self.interval_s, exc_info=True)
             await asyncio.sleep(self.interval_s)

@@ -12,19 +12,27 @@ For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
 
 - as many as the rule admits now are released;
 - the rest wait: their ``not_before`` moves to the times the rule would admit them, one emission
-  interval (``period_s / limit``) apart, after the wait the limiter named, and at most
-  ``HOLD_AHEAD`` away (then they are looked at again, under the rules then in force). They leave
-  the due rows, so the relay's next pass reaches other tenants' rows, not the same backlog again.
-  The row stays ``scheduled``; its history gains one entry naming the rule (not one per move);
-- one that would then wait past `core.horizon.MAX_WAIT` after its ``send_at`` ends
-  ``throttled``, naming the rule, as a worker's hold past the horizon does.
+  interval (``period_s / limit``) apart, queued after the slots this relay already gave the
+  tenant's held rows (a first version started every pass's holds at "now": 100,000 rows of one
+  tenant shared the first pass's slots, came due together again and again, 2.5 M holds in all,
+  and another tenant's 120 sends due at the same instant waited 85-144 s behind them; a helper's
+  review, 2026-11-28). A slot is at most ``HOLD_AHEAD`` away: past it the row waits there and is
+  looked at again, under the rules then in force. The row stays ``scheduled``; its history gains
+  one entry naming the rule (not one per move);
+- one that would wait past `core.horizon.MAX_WAIT` after its ``send_at`` ends ``throttled``,
+  naming the rule, as a worker's hold past the horizon does;
+- the relay's further passes of the same run leave the tenant's due ``scheduled`` rows out
+  (``ReleasePlan.spent``: its budget has no room now), so they reach other tenants' rows instead
+  of 2,000 more of the same backlog; the next run takes the next 2,000 of it.
 
 Only ``scheduled`` rows are paced. The relay's other rows were counted when they first entered
 a lane (a publish that failed, a worker that died, a broker that lost data), and retries and
 holds are paced by the workers' own rules. Without any ``tenant`` rule nothing is held. A tenant
 whose immediate sends keep its budget busy holds back its own scheduled sends (it asked for more
 than its budget); no other tenant waits for them. Without Redis (``CLARION_REDIS_URL``) the
-relay counts its releases alone, apart from the API's count.
+relay counts its releases alone, apart from the API's count; and each relay queues its own slots,
+so several relays overlap theirs (the limiter still admits no more than the rule; an overlapped
+row is held once more).
 """
 
 from __future__ import annotations
@@ -80,6 +88,7 @@ class ReleasePlan:
     release: tuple[DueRow, ...]
     hold: tuple[Hold, ...]
     throttle: tuple[Hold, ...]  # would be held past the horizon: ends ``throttled``
+    spent: frozenset[str]  # tenants whose budget held rows back: the pass's further picks skip them
 
 
 class ReleasePacing:
@@ -95,6 +104,8 @@ class ReleasePacing:
         self.rules = rules
         self.limiter = limiter
         self._clock = clock
+        # tenant -> the first slot no held row of its has: the next pass's holds queue after it
+        self._next_slot: dict[str, datetime] = {}
 
     @classmethod
     def from_engine(cls, engine: AsyncEngine, limiter: RateLimiter) -> ReleasePacing:
@@ -114,7 +125,7 @@ class ReleasePacing:
             if row.status == "scheduled":
                 paced[row.tenant_id].append(row)
         if not paced:
-            return ReleasePlan(tuple(rows), (), ())
+            return ReleasePlan(tuple(rows), (), (), frozenset())
         snapshot = await self.rules.current()
         hold: list[Hold] = []
         throttle: list[Hold] = []
@@ -123,15 +134,23 @@ class ReleasePacing:
             grant = await take(limiter=self.limiter, rules=snapshot, tenant_id=tenant_id, wanted=len(waiting))
             if grant is None:
                 continue
+            step, cap = timedelta(seconds=grant.step_s), now + HOLD_AHEAD
+            slot = max(now + timedelta(seconds=grant.wait_s), self._next_slot.get(tenant_id, now))
             dropped = 0
-            for j, row in enumerate(waiting[grant.admitted :]):
-                at = now + timedelta(seconds=grant.wait_s + j * grant.step_s)
-                past_horizon = at > row.due_at + MAX_WAIT
-                (throttle if past_horizon else hold).append(Hold(row, min(at, now + HOLD_AHEAD), grant.rule))
-                dropped += past_horizon
+            for row in waiting[grant.admitted :]:
+                if slot > row.due_at + MAX_WAIT:
+                    throttle.append(Hold(row, slot, grant.rule))
+                    dropped += 1
+                    continue
+                hold.append(Hold(row, min(slot, cap), grant.rule))
+                slot += step
+            self._next_slot[tenant_id] = min(slot, cap)
             label, decisions = grant.rule.metric_label, metrics.RATELIMIT_DECISIONS
             decisions.labels(label, "allowed").inc(grant.admitted)
             decisions.labels(label, "delayed").inc(len(waiting) - grant.admitted - dropped)
             decisions.labels(label, "dropped").inc(dropped)
+        if len(self._next_slot) > 10_000:  # slots passed reserve nothing
+            self._next_slot = {t: at for t, at in self._next_slot.items() if at > now}
         waits = {h.row.id for h in (*hold, *throttle)}
-        return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle))
+        spent = frozenset(h.row.tenant_id for h in (*hold, *throttle))
+        return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle), spent)

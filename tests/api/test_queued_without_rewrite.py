@@ -45,7 +45,7 @@ async def _mark(conn: AsyncConnection, nid: str) -> None:
 
 
 async def _picked(conn: AsyncConnection, *, grace_s: float, stale_s: float) -> set[str]:
-    rows = await conn.exec_driver_sql(PICK, (grace_s, stale_s, 1_000_000))
+    rows = await conn.exec_driver_sql(PICK, (grace_s, stale_s, 1_000_000, []))
     return {str(r.id) for r in rows}
 
 
