@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -52,8 +54,9 @@ DUE = """
      AND published_at < now() - make_interval(secs => $2))
 """
 PICK = f"""
-    SELECT id, created_at, tenant_id, channel, user_id, priority, traceparent, status,
-           coalesce(send_at, created_at) AS due_at
+    SELECT id, created_at, tenant_id, channel, user_id, priority, traceparent,
+           coalesce(send_at, created_at) AS due_at,
+           status = 'scheduled' AND (published_at IS NULL OR published_at < not_before) AS paced
       FROM notifications
      WHERE ({DUE})
        AND NOT (status = 'scheduled' AND tenant_id = ANY($4::text[]))
@@ -61,10 +64,14 @@ PICK = f"""
      LIMIT $3
        FOR UPDATE SKIP LOCKED
 """
-MARK_RELEASED = """
+# Each update names the batch's created_at range besides the keys: joined to unnest() alone,
+# PostgreSQL hash-joined every day partition of the log from 1,000 rows up (1.5 M rows: 7 ms for
+# 600, 606-707 ms for 2,000; a helper's review, EXPLAIN ANALYZE).
+_KEYS = "n.id = v.id AND n.created_at = v.created_at AND n.created_at BETWEEN ${lo} AND ${hi}"
+MARK_RELEASED = f"""
     UPDATE notifications n SET published_at = now()
       FROM unnest($1::uuid[], $2::timestamptz[]) AS v(id, created_at)
-     WHERE n.id = v.id AND n.created_at = v.created_at
+     WHERE {_KEYS.format(lo=3, hi=4)}
 """
 _DETAIL_CHANGED = "n.history->-1->>'detail' IS DISTINCT FROM v.detail"
 _ENTRY = """jsonb_build_array(jsonb_build_object(
@@ -75,12 +82,11 @@ _ENTRY = """jsonb_build_array(jsonb_build_object(
 # budget busy would otherwise grow its rows' history by an entry every emission interval.
 HOLD = f"""
     UPDATE notifications n
-       SET not_before = v.not_before, updated_at = now(),
+       SET not_before = now() + make_interval(secs => v.after_s), updated_at = now(),
            history = CASE WHEN {_DETAIL_CHANGED}
                           THEN n.history || {_ENTRY.format(status="n.status")} ELSE n.history END
-      FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::text[])
-           AS v(id, created_at, not_before, detail)
-     WHERE n.id = v.id AND n.created_at = v.created_at
+      FROM unnest($1::uuid[], $2::timestamptz[], $3::float8[], $4::text[]) AS v(id, created_at, after_s, detail)
+     WHERE {_KEYS.format(lo=5, hi=6)}
 """
 THROTTLE = f"""
     UPDATE notifications n
@@ -88,7 +94,7 @@ THROTTLE = f"""
            error_code = 'rate_limited', error_message = v.message,
            history = n.history || {_ENTRY.format(status="'throttled'")}
       FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS v(id, created_at, message, detail)
-     WHERE n.id = v.id AND n.created_at = v.created_at
+     WHERE {_KEYS.format(lo=5, hi=6)}
 """
 
 
@@ -189,35 +195,33 @@ class Relay:
 
 
 async def _write(conn: AsyncConnection, plan: ReleasePlan) -> None:
-    """Mark the released rows published, and move the held ones' ``not_before``."""
+    """Mark the released rows published, move the held ones' ``not_before``, end the throttled."""
     if plan.release:
-        await conn.exec_driver_sql(
-            MARK_RELEASED, ([r.id for r in plan.release], [r.created_at for r in plan.release])
-        )
+        await conn.exec_driver_sql(MARK_RELEASED, (*_keys(plan.release), *_range(plan.release)))
     if plan.hold:
-        await conn.exec_driver_sql(
-            HOLD,
-            (
-                [h.row.id for h in plan.hold],
-                [h.row.created_at for h in plan.hold],
-                [h.not_before for h in plan.hold],
-                [_held_by(h.rule) for h in plan.hold],
-            ),
-        )
+        held = [h.row for h in plan.hold]
+        after = [h.after_s for h in plan.hold]
+        details = [_held_by(h.rule) for h in plan.hold]
+        await conn.exec_driver_sql(HOLD, (*_keys(held), after, details, *_range(held)))
     if plan.throttle:
-        await conn.exec_driver_sql(
-            THROTTLE,
-            (
-                [h.row.id for h in plan.throttle],
-                [h.row.created_at for h in plan.throttle],
-                [
-                    f"held by {_held_by(h.rule)} past {MAX_WAIT.days} days after its send_at: not sent"
-                    for h in plan.throttle
-                ],
-                [f"rule {h.rule.label}" for h in plan.throttle],
-            ),
-        )
+        ended = [h.row for h in plan.throttle]
+        messages = [
+            f"{_held_by(h.rule)} ({h.rule.limit} per {h.rule.period_s:g}s) past {MAX_WAIT.days} days "
+            "after its send_at: not sent"
+            for h in plan.throttle
+        ]
+        details = [f"rule {h.rule.label}" for h in plan.throttle]
+        await conn.exec_driver_sql(THROTTLE, (*_keys(ended), messages, details, *_range(ended)))
+
+
+def _keys(rows: Sequence[DueRow]) -> tuple[list[UUID], list[datetime]]:
+    return [r.id for r in rows], [r.created_at for r in rows]
+
+
+def _range(rows: Sequence[DueRow]) -> tuple[datetime, datetime]:
+    return min(r.created_at for r in rows), max(r.created_at for r in rows)
 
 
 def _held_by(spec: RuleSpec) -> str:
-    return f"tenant rule '{spec.label}' ({spec.limit} per {spec.period_s:g}s)"
+    """The history's detail: the rule by name only, so a tenant editing its numbers adds no entry."""
+    return f"held by tenant rule '{spec.label}'"

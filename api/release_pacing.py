@@ -4,9 +4,9 @@ A scheduled send (``send_at``) is counted by the tenant's ingress rules when it 
 maybe weeks before it is due. Released all at once, the sends a tenant banks for one instant
 flood the shared lane: 102,100 accepted at 2,000/s for one moment made another tenant's
 immediate sends wait 90 s behind them (2026-11-28, a helper's probe). So the relay charges each
-release to the tenant's slowest ``tenant`` rule, on the very key the API charges its immediate
-sends to (`api.tenant_budget`): what a tenant puts into the lanes, sent now or coming due,
-shares one budget.
+release to the tenant's ``tenant`` rules, on the very keys the API charges its immediate sends
+to (`api.tenant_budget`): what a tenant puts into the lanes, sent now or coming due, shares one
+budget.
 
 For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
 
@@ -19,20 +19,24 @@ For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
   review, 2026-11-28). A slot is at most ``HOLD_AHEAD`` away: past it the row waits there and is
   looked at again, under the rules then in force. The row stays ``scheduled``; its history gains
   one entry naming the rule (not one per move);
-- one that would wait past `core.horizon.MAX_WAIT` after its ``send_at`` ends ``throttled``,
-  naming the rule, as a worker's hold past the horizon does;
+- one whose hold, even capped at ``HOLD_AHEAD``, ends past `core.horizon.MAX_WAIT` after its
+  ``send_at`` ends ``throttled``, naming the rule, as a worker's hold past the horizon does (only
+  at its horizon, so a rule loosened meanwhile still sends it);
 - the relay's further passes of the same run leave the tenant's due ``scheduled`` rows out
   (``ReleasePlan.spent``: its budget has no room now), so they reach other tenants' rows instead
   of 2,000 more of the same backlog; the next run takes the next 2,000 of it.
 
-Only ``scheduled`` rows are paced. The relay's other rows were counted when they first entered
-a lane (a publish that failed, a worker that died, a broker that lost data), and retries and
-holds are paced by the workers' own rules. Without any ``tenant`` rule nothing is held. A tenant
-whose immediate sends keep its budget busy holds back its own scheduled sends (it asked for more
-than its budget); no other tenant waits for them. Without Redis (``CLARION_REDIS_URL``) the
-relay counts its releases alone, apart from the API's count; and each relay queues its own slots,
-so several relays overlap theirs (the limiter still admits no more than the rule; an overlapped
-row is held once more).
+Only ``scheduled`` rows never released are paced. A released one picked again (no worker took
+it within ``CLARION_RELAY_STALE_QUEUED_S``) is a recovery, as are the relay's other rows: they
+were counted when they first entered a lane (a publish that failed, a worker that died, a broker
+that lost data), and retries and holds are paced by the workers' own rules. Without any
+``tenant`` rule nothing is held. A tenant whose immediate sends keep its budget busy holds back
+its own scheduled sends (it asked for more than its budget); no other tenant waits for them.
+
+Without Redis (``CLARION_REDIS_URL``) the relay counts its releases alone, apart from the API's
+count; with Redis unreachable the limiter fails open, and each pass may release a full bucket per
+tenant. Each relay queues its own slots, so several relays overlap theirs (the limiter still
+admits no more than the rules; an overlapped row is held once more).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.tenant_budget import take
+from api.tenant_budget import take_many
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
 from core.horizon import MAX_WAIT
@@ -70,16 +74,19 @@ class DueRow:
     user_id: UUID
     priority: str
     traceparent: str | None
-    status: str
     due_at: datetime  # send_at, or created_at for a row sent at once
+    paced: bool  # a scheduled row never released (a released one re-picked is a recovery)
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A scheduled row the tenant's rule does not admit yet: due again at ``not_before``."""
+    """A scheduled row the tenant's rule does not admit yet: due again ``after_s`` from now. An
+    offset, not a time: the database adds it to its own ``now()``, the clock the relay's pick
+    compares ``not_before`` with (a relay clock 5 s behind made held rows due at once: 145,581
+    holds for 5,000 rows instead of 11,624, a helper's review)."""
 
     row: DueRow
-    not_before: datetime
+    after_s: float
     rule: RuleSpec
 
 
@@ -118,31 +125,33 @@ class ReleasePacing:
         return cls(RulesCache(fetch), limiter)
 
     async def plan(self, rows: Sequence[DueRow]) -> ReleasePlan:
-        """Split ``rows`` into those released now, those held to a later ``not_before``, and
-        those past the horizon; ``rows`` in the order to release them (oldest first)."""
+        """Split ``rows`` into those released now, those held back, and those past the horizon;
+        ``rows`` in the order to release them (oldest first)."""
         paced: dict[str, list[DueRow]] = defaultdict(list)
         for row in rows:
-            if row.status == "scheduled":
+            if row.paced:
                 paced[row.tenant_id].append(row)
         if not paced:
             return ReleasePlan(tuple(rows), (), (), frozenset())
         snapshot = await self.rules.current()
+        wanted = {tenant_id: len(waiting) for tenant_id, waiting in paced.items()}
+        grants = await take_many(limiter=self.limiter, rules=snapshot, wanted=wanted)
         hold: list[Hold] = []
         throttle: list[Hold] = []
         now = self._clock()
-        for tenant_id, waiting in paced.items():
-            grant = await take(limiter=self.limiter, rules=snapshot, tenant_id=tenant_id, wanted=len(waiting))
-            if grant is None:
-                continue
-            step, cap = timedelta(seconds=grant.step_s), now + HOLD_AHEAD
+        cap = now + HOLD_AHEAD
+        for tenant_id, grant in grants.items():
+            waiting = paced[tenant_id]
+            step = timedelta(seconds=grant.step_s)
             slot = max(now + timedelta(seconds=grant.wait_s), self._next_slot.get(tenant_id, now))
             dropped = 0
             for row in waiting[grant.admitted :]:
-                if slot > row.due_at + MAX_WAIT:
-                    throttle.append(Hold(row, slot, grant.rule))
+                at = min(slot, cap)
+                if at > row.due_at + MAX_WAIT:  # even the nearest hold passes the horizon
+                    throttle.append(Hold(row, (at - now).total_seconds(), grant.rule))
                     dropped += 1
                     continue
-                hold.append(Hold(row, min(slot, cap), grant.rule))
+                hold.append(Hold(row, (at - now).total_seconds(), grant.rule))
                 slot += step
             self._next_slot[tenant_id] = min(slot, cap)
             label, decisions = grant.rule.metric_label, metrics.RATELIMIT_DECISIONS
