@@ -23,8 +23,8 @@ from core.render import TURN_WAIT_S, Renderer, RenderError, RequestBudget
 BATCH_RENDER_BUDGET_MS = 1_000
 # A batch's renders are done within this, however long they waited for the render box (at nice 19
 # on a loaded machine a second of CPU took over 10 s): its later items are refused, not its answer
-# delayed past a client's timeout. Only render time counts (RequestBudget.rendering), not the
-# batch's database work between renders.
+# delayed past a client's timeout. Only render time counts (RequestBudget.rendering): the wait for
+# the tenant's render turn and the renders, not the batch's database work between renders.
 BATCH_RENDER_WALL_S = 5.0
 
 
@@ -55,8 +55,9 @@ async def accept_batch(
         except ValidationError as exc:
             refused[index] = validation_error(exc.errors(include_url=False))
     async with contextlib.AsyncExitStack() as stack:
-        try:  # the items render back to back (Renderer.turn)
-            await stack.enter_async_context(renderer.turn(principal.tenant_id, wait_s=TURN_WAIT_S))
+        try:  # the items render back to back (Renderer.turn); waiting for it is render time
+            with budget.rendering():
+                await stack.enter_async_context(renderer.turn(principal.tenant_id, wait_s=TURN_WAIT_S))
         except RenderError as exc:
             raise render_error(exc) from None
         decisions = await accept_isolated(

@@ -10,9 +10,9 @@ budget.
 
 For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
 
-- as many as the rule admits now are released;
-- the rest wait: their ``not_before`` moves to the times the rule would admit them, one emission
-  interval (``period_s / limit``) apart, queued after the slots this relay already gave the
+- as many as its rules have room for now are released;
+- the rest wait: their ``not_before`` moves to the times every rule would have room for them
+  (`api.tenant_budget.Grant.after_s`), queued after the slots this relay already gave the
   tenant's held rows (a first version started every pass's holds at "now": 100,000 rows of one
   tenant shared the first pass's slots, came due together again and again, 2.5 M holds in all,
   and another tenant's 120 sends due at the same instant waited 85-144 s behind them; a helper's
@@ -92,6 +92,8 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class ReleasePlan:
+    """What one pass does with its due rows: publish, hold back, or end ``throttled``."""
+
     release: tuple[DueRow, ...]
     hold: tuple[Hold, ...]
     throttle: tuple[Hold, ...]  # would be held past the horizon: ends ``throttled``
@@ -111,7 +113,7 @@ class ReleasePacing:
         self.rules = rules
         self.limiter = limiter
         self._clock = clock
-        # tenant -> the first slot no held row of its has: the next pass's holds queue after it
+        # tenant -> the last slot given to a held row of its: the next pass's holds queue after it
         self._next_slot: dict[str, datetime] = {}
 
     @classmethod
@@ -141,23 +143,31 @@ class ReleasePacing:
         now = self._clock()
         cap = now + HOLD_AHEAD
         for tenant_id, grant in grants.items():
-            waiting = paced[tenant_id]
-            step = timedelta(seconds=grant.step_s)
-            slot = max(now + timedelta(seconds=grant.wait_s), self._next_slot.get(tenant_id, now))
+            waiting = paced[tenant_id][grant.admitted :]
+            # Slots from the rules' buckets (the k-th waiting one when every rule has room for
+            # it), moved past the slots this relay gave the tenant's earlier holds.
+            first, gap = grant.after_s(1), grant.after_s(2) - grant.after_s(1)
+            last = self._next_slot.get(tenant_id)
+            shift = max(0.0, (last - now).total_seconds() + gap - first) if last is not None else 0.0
             dropped = 0
-            for row in waiting[grant.admitted :]:
-                at = min(slot, cap)
+            at = now
+            for k, row in enumerate(waiting, start=1):
+                at = min(now + timedelta(seconds=grant.after_s(k) + shift), cap)
+                held = Hold(row, (at - now).total_seconds(), grant.holding(k))
                 if at > row.due_at + MAX_WAIT:  # even the nearest hold passes the horizon
-                    throttle.append(Hold(row, (at - now).total_seconds(), grant.rule))
+                    throttle.append(held)
                     dropped += 1
-                    continue
-                hold.append(Hold(row, (at - now).total_seconds(), grant.rule))
-                slot += step
-            self._next_slot[tenant_id] = min(slot, cap)
-            label, decisions = grant.rule.metric_label, metrics.RATELIMIT_DECISIONS
-            decisions.labels(label, "allowed").inc(grant.admitted)
-            decisions.labels(label, "delayed").inc(len(waiting) - grant.admitted - dropped)
-            decisions.labels(label, "dropped").inc(dropped)
+                else:
+                    hold.append(held)
+            if waiting:
+                self._next_slot[tenant_id] = at
+            decisions = metrics.RATELIMIT_DECISIONS
+            for label, decision, n in (
+                (grant.rooms[0].spec.metric_label, "allowed", grant.admitted),
+                (grant.holding(1).metric_label, "delayed", len(waiting) - dropped),
+                (grant.holding(1).metric_label, "dropped", dropped),
+            ):
+                decisions.labels(label, decision).inc(n)
         if len(self._next_slot) > 10_000:  # slots passed reserve nothing
             self._next_slot = {t: at for t, at in self._next_slot.items() if at > now}
         waits = {h.row.id for h in (*hold, *throttle)}

@@ -5,17 +5,23 @@ Both were counted, if at all, when they were first accepted, and both can be man
 the sends a tenant banked for one instant, the dead letters of a day's outage. Each is charged,
 when it enters the lane, to **every** ``tenant`` rule of the tenant (the operator's and its own),
 on the keys the API charges its immediate sends to (`api.ingress.tenant_key`), so a tenant's
-sends, its releases and its redrives share one budget. A first version charged only the rule of
-the lowest average rate, and a tenant's own rule of ten million a month (3.7/s, room for ten
-million at once) was that rule: the operator's 500/s was never asked and 50,000 banked sends went
-out in 3.5 s (a helper's review, 2026-11-28). ``api_key`` rules are left out: neither is done by
-a key's own sends. Without a ``tenant`` rule nothing is charged, as for immediate sends.
+sends, its releases and its redrives share one budget. (A first version charged only the rule of
+the lowest average rate, and a tenant's own rule of ten million a month was it: the operator's
+500/s was never asked and 50,000 banked sends went out in 3.5 s; a helper's review, 2026-11-28.)
+``api_key`` rules are left out: neither is done by a key's own sends. Without a ``tenant`` rule
+nothing is charged, as for immediate sends.
 
-How much is admitted: every rule is asked for the same count, the most the smallest bucket could
-hold; when some refuse and say how many they would admit now, those are asked again for the
-least of those. Rules that admitted the first count keep that charge even when less goes out (a
-rule is never passed; a looser one may give up a little room). All of a call's tenants are
-decided in at most two limiter round trips.
+How much goes now: every rule is first *looked at* (a cost of 0 charges nothing and answers its
+room under its nominal limit, soft rules included), then all are charged the least room. A rule
+is never charged for what does not go out, except when the API takes the room between the look
+and the charge (then this call admits nothing and a rule that had room keeps its charge). The
+second review's case: with a rule that refused, the others kept the charge every relay run, and
+50 runs ate half of a tenant's own daily allowance while nothing went out.
+
+When the rest would go: each rule's bucket, after the charge, says when its ``k``-th further
+event fits (`Room.after_s`); the ``k``-th waiting one goes when every rule has room for it. So a
+rule with room to spare (a day's allowance) never spaces them, and one without sets the pace.
+All of a call's tenants take two limiter round trips.
 """
 
 from __future__ import annotations
@@ -25,72 +31,93 @@ from dataclasses import dataclass
 
 from api.ingress import tenant_key
 from clarion.rules import RuleSpec, Snapshot
-from core.ratelimit import LimitDecision, RateLimiter, RetryAfter, Rule
+from core.ratelimit import Allowed, LimitDecision, RateLimiter, Rule
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One ``tenant`` rule of one tenant, as the limiter gets it."""
+
+    spec: RuleSpec
+    rule: Rule
+    key: str
+
+    @property
+    def interval_s(self) -> float:
+        return self.rule.period_s / self.rule.limit
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """A rule's bucket as its last answer left it: ``ahead_s`` of debt, refilled one event every
+    ``interval_s``, full at ``tau_s`` (capacity x interval), all under the nominal limit."""
+
+    spec: RuleSpec
+    ahead_s: float
+    interval_s: float
+    tau_s: float
+
+    def after_s(self, k: int) -> float:
+        """Seconds until the ``k``-th further event (1 for the next) fits this rule."""
+        return max(0.0, self.ahead_s + k * self.interval_s - self.tau_s)
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """What a tenant's budget gave: ``admitted`` now (charged), the seconds until the next one
-    would be, and ``step_s`` between later ones (the slowest rule's among those whose bucket the
-    count overflows); ``rule`` names the rule that holds the rest back."""
+    """What a tenant's budget gave: ``admitted`` now (charged to every rule), and the rules'
+    buckets after it, which say when each further one would go."""
 
-    rule: RuleSpec
     admitted: int
-    wait_s: float
-    step_s: float
+    rooms: tuple[Room, ...]
+
+    def after_s(self, k: int) -> float:
+        """Seconds until the ``k``-th one not admitted (1 for the first) fits every rule."""
+        return max(room.after_s(k) for room in self.rooms)
+
+    def holding(self, k: int) -> RuleSpec:
+        """The rule the ``k``-th one not admitted waits for."""
+        return max(self.rooms, key=lambda room: room.after_s(k)).spec
 
 
 async def take(*, limiter: RateLimiter, rules: Snapshot, tenant_id: str, wanted: int) -> Grant | None:
-    """Charge up to ``wanted`` to the tenant's ``tenant`` rules; None when it has none."""
+    """Charge up to ``wanted`` (at least 1) to the tenant's ``tenant`` rules; None when it has none."""
     return (await take_many(limiter=limiter, rules=rules, wanted={tenant_id: wanted})).get(tenant_id)
 
 
 async def take_many(*, limiter: RateLimiter, rules: Snapshot, wanted: Mapping[str, int]) -> dict[str, Grant]:
-    """`take` for several tenants at once; tenants without a ``tenant`` rule are left out."""
-    asks: dict[str, tuple[list[tuple[RuleSpec, Rule]], int]] = {}
-    for tenant_id, count in wanted.items():
-        limits = [(spec, spec.to_rule()) for spec in rules.for_tenant("tenant", tenant_id)]
-        if limits and count > 0:
-            asks[tenant_id] = (limits, min(count, *(rule.capacity for _, rule in limits)))
-    first = await _acquire(limiter, {t: (limits, cost) for t, (limits, cost) in asks.items()})
-    again: dict[str, tuple[list[tuple[RuleSpec, Rule]], int]] = {}
-    for tenant_id, (limits, _) in asks.items():
-        refused = [
-            (s, r) for (s, r), d in zip(limits, first[tenant_id], strict=True) if isinstance(d, RetryAfter)
-        ]
-        room = min((d.remaining for d in first[tenant_id] if isinstance(d, RetryAfter)), default=0)
-        if refused and room > 0:
-            again[tenant_id] = (refused, room)
-    second = await _acquire(limiter, again)
+    """`take` for several tenants at once; a tenant without a ``tenant`` rule, or asking for
+    nothing, is left out."""
+    limits = {
+        tenant_id: [Limit(spec, spec.to_rule(), tenant_key(spec, tenant_id)) for spec in specs]
+        for tenant_id, count in wanted.items()
+        if count > 0 and (specs := rules.for_tenant("tenant", tenant_id))
+    }
+    looks = await _ask(limiter, {t: (ls, 0) for t, ls in limits.items()})
+    fits = {t: min(wanted[t], *(_room(d) for d in looks[t])) for t in limits}
+    charges = await _ask(limiter, {t: (limits[t], n) for t, n in fits.items() if n > 0})
     grants: dict[str, Grant] = {}
-    for tenant_id, (limits, cost) in asks.items():
-        # The rules whose bucket the count overflows set the pace: one with room for all of them
-        # at once (a month's allowance, say) would slow them for nothing.
-        binding = [sr for sr in limits if sr[1].capacity < wanted[tenant_id]] or limits
-        step_s = max(rule.period_s / rule.limit for _, rule in binding)
-        slowest = max(binding, key=lambda sr: sr[1].period_s / sr[1].limit)[0]
-        decided = list(zip(limits, first[tenant_id], strict=True))
-        if tenant_id in again:
-            cost = again[tenant_id][1]
-            decided = list(zip(again[tenant_id][0], second[tenant_id], strict=True))
-        refusals = [(spec, rule, d) for (spec, rule), d in decided if isinstance(d, RetryAfter)]
-        if not refusals:
-            grants[tenant_id] = Grant(slowest, cost, step_s, step_s)
-            continue
-        # Refused: each answer is when ``cost`` would fit; one fits ``cost - 1`` slots sooner.
-        waits = [(max(r.period_s / r.limit, d.retry_after_ms / 1000 - (cost - 1) * r.period_s / r.limit), s)
-                 for s, r, d in refusals]  # fmt: skip
-        wait_s, holding = max(waits, key=lambda w: w[0])
-        grants[tenant_id] = Grant(holding, 0, max(wait_s, step_s), step_s)
+    for tenant_id, tenant_limits in limits.items():
+        charged = charges.get(tenant_id, [])
+        admitted = fits[tenant_id] if charged and all(isinstance(d, Allowed) for d in charged) else 0
+        answers = charged if admitted else looks[tenant_id]
+        rooms = tuple(_bucket(lim, d) for lim, d in zip(tenant_limits, answers, strict=True))
+        grants[tenant_id] = Grant(admitted, rooms)
     return grants
 
 
-async def _acquire(
-    limiter: RateLimiter, asks: Mapping[str, tuple[list[tuple[RuleSpec, Rule]], int]]
+def _room(decision: LimitDecision) -> int:
+    return decision.remaining if isinstance(decision, Allowed) else 0
+
+
+def _bucket(limit: Limit, decision: LimitDecision) -> Room:
+    interval_s = limit.interval_s
+    return Room(limit.spec, decision.reset_after_ms / 1000, interval_s, limit.rule.capacity * interval_s)
+
+
+async def _ask(
+    limiter: RateLimiter, asks: Mapping[str, tuple[list[Limit], int]]
 ) -> dict[str, list[LimitDecision]]:
-    """Ask every rule of every tenant for its tenant's count, in one round trip."""
-    requests = [
-        (tenant_key(spec, t), rule, cost) for t, (limits, cost) in asks.items() for spec, rule in limits
-    ]
+    """Ask every rule of every tenant for its tenant's count (0: a look), in one round trip."""
+    requests = [(lim.key, lim.rule, cost) for limits, cost in asks.values() for lim in limits]
     decisions = iter(await limiter.acquire_many(requests) if requests else [])
     return {t: [next(decisions) for _ in limits] for t, (limits, _) in asks.items()}

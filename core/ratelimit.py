@@ -175,7 +175,8 @@ class RateLimiter(Protocol):
 
     async def acquire(self, key: str, rule: Rule, cost: int = 1) -> LimitDecision:
         """Decide one request of ``cost`` events on ``key`` atomically; raises ValueError if
-        ``cost`` can never fit the rule's capacity."""
+        ``cost`` can never fit the rule's capacity. ``cost`` 0 charges nothing: it reads the key's
+        room (``Allowed.remaining`` and ``reset_after_ms`` under the nominal limit)."""
         ...
 
     async def acquire_many(self, requests: list[tuple[str, Rule, int]]) -> list[LimitDecision]:
@@ -236,8 +237,8 @@ def _params(rule: Rule, scale: float = 1.0) -> GcraParams:
 
 def gcra_plan(key: str, rule: Rule, cost: int) -> GcraPlan:
     """The plan for ``cost`` events of ``rule`` on ``key``; raises ValueError if it never fits."""
-    if cost < 1:
-        raise ValueError(f"cost must be >= 1, got {cost}")
+    if cost < 0:
+        raise ValueError(f"cost must be >= 0, got {cost}")
     if rule.mode == "soft":
         primary = _params(rule, 1.0 + rule.overshoot_pct / 100.0)
         plan = GcraPlan("soft", cost, primary, _params(rule), key + NOMINAL_SUFFIX)

@@ -98,8 +98,8 @@ async def _budget(
     if grant is None:
         return MAX_REDRIVE_PER_CALL
     if grant.admitted == 0:
-        retry_after_s = math.ceil(grant.wait_s)
-        spec = grant.rule
+        retry_after_s = max(1, math.ceil(grant.after_s(1)))
+        spec = grant.holding(1)
         raise ApiError(
             429,
             "rate_limited",

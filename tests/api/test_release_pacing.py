@@ -138,3 +138,62 @@ async def test_a_rule_refusing_part_admits_what_every_rule_has_room_for() -> Non
     plan = await pacing(tight, loose, limiter=limiter).plan(due(n=20))
     assert len(plan.release) == 3
     assert plan.hold[0].rule.name == "tight" and plan.hold[0].after_s == pytest.approx(0.25)
+
+
+async def spend(limiter: MemoryRateLimiter, rules: list[dict[str, Any]], name: str, cost: int) -> None:
+    """What the tenant's immediate sends took of rule ``name`` at the API."""
+    spec = next(s for s in (await RulesCache(Table(rules).fetch).current()).rules if s.name == name)
+    assert await limiter.acquire(tenant_key(spec, "t1"), spec.to_rule(), cost)
+
+
+async def test_a_soft_rule_releases_what_its_nominal_limit_has_room_for() -> None:
+    """A refusing soft rule answers no room at all: the first take_many released nothing under it
+    while the tenant also sent at once (a second review: 0 of 20,000 in 300 s)."""
+    rule = tenant_rule(mode="soft", overshoot_pct=50.0)
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    await spend(limiter, [rule], "rule", 6)
+    plan = await pacing(rule, limiter=limiter).plan(due(n=20))
+    assert len(plan.release) == 4
+
+
+async def test_a_rule_with_room_to_spare_does_not_space_the_held_rows() -> None:
+    """Operator 10/s and the tenant's own 1,000 a day: they go 0.1 s apart, not 86.4 s (a second
+    review: 88 of 2,000 in half an hour)."""
+    rules = [
+        tenant_rule(name="operator", tenant_id=None),
+        tenant_rule(name="own", limit=1_000, period_s=86_400.0),
+    ]
+    plan = await pacing(*rules).plan(due(n=2_000))
+    assert len(plan.release) == 10
+    assert [h.after_s for h in plan.hold[:3]] == pytest.approx([0.1, 0.2, 0.3])
+    assert [h.rule.name for h in plan.hold[:3]] == ["operator"] * 3
+    assert plan.hold[989].after_s == pytest.approx(99.0)  # the own rule's 990 left go at 10/s
+    assert plan.hold[999].rule.name == "own"  # then one every 86.4 s, past HOLD_AHEAD
+    assert plan.hold[999].after_s == HOLD_AHEAD.total_seconds()
+
+
+async def test_rows_few_enough_for_a_roomy_rule_wait_only_for_the_spent_one() -> None:
+    rules = [
+        tenant_rule(name="operator", tenant_id=None),
+        tenant_rule(name="own", limit=1_000, period_s=86_400.0),
+    ]
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    await spend(limiter, rules, "operator", 10)
+    plan = await pacing(*rules, limiter=limiter).plan(due(n=3))
+    assert [h.after_s for h in plan.hold] == pytest.approx([0.1, 0.2, 0.3])
+
+
+async def test_a_pass_that_releases_nothing_charges_no_rule() -> None:
+    """Before, the rules that had room kept the charge every relay run: 50 runs ate half of the
+    tenant's own daily allowance while nothing went out (a second review)."""
+    rules = [
+        tenant_rule(name="operator", tenant_id=None),
+        tenant_rule(name="own", limit=1_000, period_s=86_400.0),
+    ]
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    await spend(limiter, rules, "operator", 10)
+    paced = pacing(*rules, limiter=limiter)
+    for _ in range(50):  # fifty relay runs while the operator's bucket stays empty
+        assert not (await paced.plan(due(n=20))).release
+    spec = next(s for s in (await paced.rules.current()).rules if s.name == "own")
+    assert await limiter.acquire(tenant_key(spec, "t1"), spec.to_rule(), 1_000)  # all of it is left

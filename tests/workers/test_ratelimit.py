@@ -7,6 +7,7 @@ import pytest
 from core.limiter import build_rate_limiter
 from core.ratelimit import Allowed, ElasticPool, RetryAfter, Rule, rate_limit_headers
 from core.ratelimit_memory import MemoryRateLimiter
+from tests.fixtures.ratelimit import HOURLY
 
 TEN_PER_S = Rule("ten-per-s", limit=10, period_s=1.0)  # emission interval T = 100 ms
 
@@ -101,8 +102,8 @@ async def test_cost_consumes_cost_intervals(limiter: MemoryRateLimiter, clock: F
 async def test_cost_beyond_capacity_is_a_caller_error(limiter: MemoryRateLimiter) -> None:
     with pytest.raises(ValueError, match="exceeds capacity"):
         await limiter.acquire("k", TEN_PER_S, cost=11)
-    with pytest.raises(ValueError):
-        await limiter.acquire("k", TEN_PER_S, cost=0)
+    with pytest.raises(ValueError, match="cost must be >= 0"):
+        await limiter.acquire("k", TEN_PER_S, cost=-1)
 
 
 async def test_retry_after_ms_is_the_exact_wait_rounded_up(
@@ -248,3 +249,14 @@ async def test_build_without_url_is_in_process() -> None:
     assert isinstance(limiter, MemoryRateLimiter)
     assert await limiter.acquire("k", TEN_PER_S)
     await limiter.aclose()
+
+
+async def test_a_cost_of_zero_reads_the_room_and_charges_nothing() -> None:
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    assert await limiter.acquire("k", HOURLY, 0) == Allowed(10, 0)
+    assert await limiter.acquire("k", HOURLY, 4)
+    for _ in range(3):  # a look, however often, leaves the bucket as it was
+        assert await limiter.acquire("k", HOURLY, 0) == Allowed(6, 1_440_000)
+    assert await limiter.acquire("k", HOURLY, 6)
+    assert await limiter.acquire("k", HOURLY, 0) == Allowed(0, 3_600_000)
+    assert not await limiter.acquire("k", HOURLY, 1)
