@@ -63,11 +63,26 @@ local function write_back()
   for _, k in ipairs(order) do
     local used = aheads[k]
     local tat = string.format('%d %.17g', now_s, now_us + used)
-    redis.call('SET', k, tat, 'PX', math.max(1, math.ceil(used / 1000)))
+    -- as an integer: Redis writes a Lua number as %.17g, and 1e+17 ms is "not an integer"
+    redis.call('SET', k, tat, 'PX', string.format('%d', math.max(1, math.ceil(used / 1000))))
   end
 end
 
+-- A cost of 0 is a look: the room under the nominal limit, nothing stored. A soft rule's room is
+-- the lesser of its own and its shadow's, and its reset the shadow's debt or, when its own is the
+-- tighter, the debt a nominal bucket would have to make the next event wait as long.
+local function look(key, s_key, interval, tau, mode, s_interval, s_tau)
+  local ahead = ahead_of(key)
+  if mode ~= 'soft' then return {1, remaining(interval, tau, ahead), 0, ceil_ms(ahead), 0} end
+  local s_ahead = ahead_of(s_key)
+  local equivalent = math.max(s_ahead, ahead + interval - tau + s_tau - s_interval)
+  local room = math.min(remaining(interval, tau, ahead), remaining(s_interval, s_tau, s_ahead))
+  return {1, room, 0, ceil_ms(equivalent), 0}
+end
+
 local function decide(key, s_key, interval, tau, cost, mode, s_interval, s_tau)
+  if cost == 0 and mode == 'charge' then return {1, 0, 0, 0, 0} end
+  if cost == 0 and mode ~= 'peek' then return look(key, s_key, interval, tau, mode, s_interval, s_tau) end
   local ahead = ahead_of(key)
   local used = ahead + cost * interval
   if mode == 'peek' then return {used <= tau + EPS and 1 or 0, 0, 0, 0, 0} end

@@ -59,6 +59,8 @@ class MemoryRateLimiter:
     def _decide(self, key: str, plan: GcraPlan, now_us: float) -> LimitDecision:
         # Mirrors GCRA_LUA in core.ratelimit_lua line for line; "ahead" is max(tat, now) - now.
         p, cost = plan.primary, plan.cost
+        if cost == 0:
+            return self._look(key, plan, now_us)
         ahead = self._ahead_us(key, now_us)
         used = ahead + cost * p.interval_us
         admitted = used <= p.tau_us + EPS_US
@@ -89,6 +91,19 @@ class MemoryRateLimiter:
             self._store(skey, now_us, s_used)
             return Allowed(0, _ceil_ms(ahead), over_limit=True)
         return rejected
+
+    def _look(self, key: str, plan: GcraPlan, now_us: float) -> Allowed:
+        """A cost of 0: the room under the nominal limit, nothing stored (GCRA_LUA's ``look``). A
+        soft rule's room is the lesser of its own and its shadow's, and its reset the shadow's debt
+        or, when its own is the tighter, the debt that makes a nominal bucket's next event wait as
+        long (a look at the shadow alone promised room the charge then refused)."""
+        p, ahead = plan.primary, self._ahead_us(key, now_us)
+        s, skey = plan.secondary, plan.secondary_key
+        if plan.mode != "soft" or s is None or skey is None:
+            return Allowed(_remaining(p, ahead), _ceil_ms(ahead))
+        s_ahead = self._ahead_us(skey, now_us)
+        equivalent = max(s_ahead, ahead + p.interval_us - p.tau_us + s.tau_us - s.interval_us)
+        return Allowed(min(_remaining(p, ahead), _remaining(s, s_ahead)), _ceil_ms(equivalent))
 
     def _store(self, key: str, now_us: float, ahead_us: float) -> None:
         self._tats[key] = (now_us, ahead_us)

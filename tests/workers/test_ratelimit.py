@@ -260,3 +260,17 @@ async def test_a_cost_of_zero_reads_the_room_and_charges_nothing() -> None:
     assert await limiter.acquire("k", HOURLY, 6)
     assert await limiter.acquire("k", HOURLY, 0) == Allowed(0, 3_600_000)
     assert not await limiter.acquire("k", HOURLY, 1)
+
+
+async def test_a_look_at_a_soft_rule_whose_own_bucket_is_full_promises_no_room() -> None:
+    """A look at the shadow alone said 2 while the charge would be refused: the relay released
+    nothing and the tenant's other rules kept the charge every pass (a hostile probe)."""
+    limiter = MemoryRateLimiter(clock=lambda: 1_000.0)
+    soft = Rule("soft", limit=10, period_s=3600.0, mode="soft", overshoot_pct=30)  # own bucket 13
+    assert await limiter.acquire("k", soft, 8)
+    assert (await limiter.acquire("k", soft, 5)).over_limit  # past the nominal 10, within 13
+    look = await limiter.acquire("k", soft, 0)
+    assert look.remaining == 0
+    assert not await limiter.acquire("k", soft, 1)
+    # the next one fits the rule's own bucket (276.9 s an event) after 276.9 s: as a nominal debt
+    assert look.reset_after_ms == 3_600_000 + 276_924 - 360_000

@@ -95,3 +95,13 @@ async def test_build_with_url_is_redis(prefix: str) -> None:
     assert isinstance(limiter, RedisRateLimiter)
     assert_close([await limiter.acquire("k", HOURLY)], [Allowed(remaining=9, reset_after_ms=360_000)])
     await limiter.aclose()
+
+
+async def test_a_debt_of_1e17_ms_is_stored_as_an_integer_expiry(limiter: RedisRateLimiter) -> None:
+    """A month's rule of limit 1 and a burst of 10^7, paced 16x slower (adaptive provider pacing),
+    charged 2.4 M: the key's expiry is 1e17 ms, which Redis refused as "1e+17" (a hostile probe)."""
+    worst = Rule("w", limit=1, period_s=2_678_400 * 16, burst=10_000_000)
+    expected = await MemoryRateLimiter(clock=lambda: 1000.0).acquire_many(
+        [("k", worst, 2_400_000), ("k", worst, 0)]
+    )
+    assert_close(await limiter.acquire_many([("k", worst, 2_400_000), ("k", worst, 0)]), expected)
