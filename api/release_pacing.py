@@ -13,12 +13,12 @@ For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
 - as many as its rules have room for now are released;
 - the rest wait: their ``not_before`` moves to the times every rule would have room for them
   (`api.tenant_budget.Grant.after_s`), queued after the slots this relay already gave the
-  tenant's held rows in the next ``HOLD_AHEAD`` (a first version started every pass's holds at "now": 100,000 rows of one
-  tenant shared the first pass's slots, came due together again and again, 2.5 M holds in all,
-  and another tenant's 120 sends due at the same instant waited 85-144 s behind them; a helper's
-  review, 2026-11-28). A slot further than ``HOLD_AHEAD`` is looked at again half-way
-  there, under the rules then in force. The row stays ``scheduled``; its history gains
-  one entry naming the rule (not one per move);
+  tenant's held rows in the next ``HOLD_AHEAD``. (A first version started every pass's holds at
+  "now": 100,000 rows of one tenant shared the first pass's slots and came due together again
+  and again, 2.5 M holds in all, and another tenant's 120 sends due at the same instant waited
+  85-144 s behind them; a helper's review, 2026-11-28.) A slot further than ``HOLD_AHEAD`` is
+  looked at again half-way there, under the rules then in force. The row stays ``scheduled``;
+  its history gains one entry naming the rule (not one per move);
 - one whose next look would come past `core.horizon.MAX_WAIT` after its ``send_at`` ends
   ``throttled``, naming the rule, as a worker's hold past the horizon does (only
   at its horizon, so a rule loosened meanwhile still sends it);
@@ -158,7 +158,7 @@ class ReleasePacing:
                 slot_s = (grant.after_s(k) or k * floor_s) + shift
                 at = now + timedelta(seconds=min(slot_s, max(HOLD_AHEAD.total_seconds(), slot_s / 2)))
                 held = Hold(row, (at - now).total_seconds(), grant.holding(k))
-                if at > row.due_at + MAX_WAIT:  # even the nearest hold passes the horizon
+                if at > row.due_at + MAX_WAIT:  # its next look would pass its horizon
                     throttle.append(held)
                     dropped += 1
                 else:
@@ -173,7 +173,7 @@ class ReleasePacing:
             ):
                 decisions.labels(label, decision).inc(n)
         if len(self._next_slot) > 10_000:  # slots passed reserve nothing
-            self._next_slot = {t: at for t, at in self._next_slot.items() if at > now}
+            self._next_slot = {t: slot for t, slot in self._next_slot.items() if slot > now}
         waits = {h.row.id for h in (*hold, *throttle)}
         spent = frozenset(h.row.tenant_id for h in (*hold, *throttle))
         return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle), spent)
