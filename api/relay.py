@@ -164,6 +164,9 @@ class Relay:
 
     async def run_once(self, *, skip: frozenset[str] = frozenset()) -> Pass:
         """One pass, leaving out the due ``scheduled`` rows of the tenants in ``skip``."""
+        # The rules are reloaded (every 2 s) here, not while the pick's row locks are held: a
+        # cancel or a claim waiting on them would wait for the reload's round trip too.
+        await self.pacing.rules.current()
         async with self.engine.begin() as conn:
             picked = await conn.exec_driver_sql(
                 PICK, (self.grace_s, self.stale_queued_s, self.batch, sorted(skip))

@@ -155,9 +155,10 @@ class ReleasePacing:
             at = now
             floor_s = min(room.interval_s for room in grant.rooms)  # the API took the room looked at
             for k, row in enumerate(waiting, start=1):
-                slot_s = (grant.after_s(k) or k * floor_s) + shift
+                after_s, rule = grant.slot(k)
+                slot_s = (after_s or k * floor_s) + shift
                 at = now + timedelta(seconds=min(slot_s, max(HOLD_AHEAD.total_seconds(), slot_s / 2)))
-                held = Hold(row, (at - now).total_seconds(), grant.holding(k))
+                held = Hold(row, (at - now).total_seconds(), rule)
                 if at > row.due_at + MAX_WAIT:  # its next look would pass its horizon
                     throttle.append(held)
                     dropped += 1

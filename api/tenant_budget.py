@@ -72,11 +72,19 @@ class Grant:
 
     def after_s(self, k: int) -> float:
         """Seconds until the ``k``-th one not admitted (1 for the first) fits every rule."""
-        return max(room.after_s(k) for room in self.rooms)
+        return self.slot(k)[0]
 
     def holding(self, k: int) -> RuleSpec:
         """The rule the ``k``-th one not admitted waits for."""
-        return max(self.rooms, key=lambda room: room.after_s(k)).spec
+        return self.slot(k)[1]
+
+    def slot(self, k: int) -> tuple[float, RuleSpec]:
+        """`after_s` and `holding` in one look at the rules."""
+        wait, spec = -1.0, self.rooms[0].spec
+        for room in self.rooms:
+            if (after := room.after_s(k)) > wait:
+                wait, spec = after, room.spec
+        return wait, spec
 
 
 async def take(*, limiter: RateLimiter, rules: Snapshot, tenant_id: str, wanted: int) -> Grant | None:
