@@ -16,12 +16,12 @@ For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
   tenant's held rows in the next ``HOLD_AHEAD``. (A first version started every pass's holds at
   "now": 100,000 rows of one tenant shared the first pass's slots and came due together again
   and again, 2.5 M holds in all, and another tenant's 120 sends due at the same instant waited
-  85-144 s behind them; a helper's review, 2026-11-28.) A slot further than ``HOLD_AHEAD`` is
-  looked at again half-way there, under the rules then in force. The row stays ``scheduled``;
+  85-144 s behind them; a helper's review, 2026-11-28.) A hold is at most ``HOLD_AHEAD`` long:
+  the row is then looked at again, under the rules then in force. The row stays ``scheduled``;
   its history gains one entry naming the rule (not one per move);
-- one whose next look would come past `core.horizon.MAX_WAIT` after its ``send_at`` ends
-  ``throttled``, naming the rule, as a worker's hold past the horizon does (only
-  at its horizon, so a rule loosened meanwhile still sends it);
+- one whose slot is past `core.horizon.MAX_WAIT` after its ``send_at`` ends ``throttled`` at
+  once, naming the rule, as a worker's hold past the horizon does (a rule loosened later does
+  not bring it back);
 - the relay's further passes of the same run leave the tenant's due ``scheduled`` rows out
   (``ReleasePlan.spent``: its budget has no room now), so they reach other tenants' rows instead
   of 2,000 more of the same backlog; the next run takes the next 2,000 of it.
@@ -56,12 +56,15 @@ from clarion.rules import RulesCache, RuleSpec
 from core.horizon import MAX_WAIT
 from core.ratelimit import RateLimiter
 
-# A row whose slot is further than this is looked at again half-way there (or after this, the
-# later): a rule the tenant loosens or deletes reaches its held rows within half their wait,
-# instead of at the slots the old rule gave them (up to 30 days out). A row is so moved at most
-# ~13 times (log2 of 30 days / 5 minutes). A first version looked again every 5 minutes: a tenant
-# adding a rule of one a month over its banked sends made each one ~8,640 row updates (a hostile
-# probe: 5.5 updates a row a minute, 110,000 dead tuples in 60 s of a 30x faster clock).
+# A row is held at most this far ahead, then looked at again: a rule the tenant loosens or
+# deletes reaches its held rows within it, instead of at the slots the old rule gave them. The
+# cost is one more update of each row held further, every HOLD_AHEAD (the held rows / 300 a
+# second; 100,000 rows behind a rule of one a minute: ~330). A row whose slot is past its
+# horizon is throttled at once, not moved every 5 minutes for a month (a hostile probe: a tenant
+# adding a rule of one a month over its banked sends made each one ~8,640 updates). Looking
+# again half-way was tried (c4ff726) and undone: a row looked at again lost its place in the
+# queue and was moved every few minutes anyway, out of order (a review's simulation: 141 moves a
+# row on average for 300 rows at one an hour).
 HOLD_AHEAD = timedelta(minutes=5)
 
 
@@ -157,9 +160,9 @@ class ReleasePacing:
             for k, row in enumerate(waiting, start=1):
                 after_s, rule = grant.slot(k)
                 slot_s = (after_s or k * floor_s) + shift
-                at = now + timedelta(seconds=min(slot_s, max(HOLD_AHEAD.total_seconds(), slot_s / 2)))
+                at = now + timedelta(seconds=min(slot_s, HOLD_AHEAD.total_seconds()))
                 held = Hold(row, (at - now).total_seconds(), rule)
-                if at > row.due_at + MAX_WAIT:  # its next look would pass its horizon
+                if now + timedelta(seconds=slot_s) > row.due_at + MAX_WAIT:  # its slot is past its horizon
                     throttle.append(held)
                     dropped += 1
                 else:
