@@ -56,8 +56,9 @@ async def accept_batch(
             refused[index] = validation_error(exc.errors(include_url=False))
     async with contextlib.AsyncExitStack() as stack:
         try:  # the items render back to back (Renderer.turn); waiting for it is render time
-            with budget.rendering():
-                await stack.enter_async_context(renderer.turn(principal.tenant_id, wait_s=TURN_WAIT_S))
+            await stack.enter_async_context(
+                renderer.turn(principal.tenant_id, wait_s=TURN_WAIT_S, budget=budget)
+            )
         except RenderError as exc:
             raise render_error(exc) from None
         decisions = await accept_isolated(

@@ -143,35 +143,23 @@ class Renderer(TemplateRenderer):
                 del self._debts[name]
         debt = self._debts.setdefault(tenant or "", _CpuDebt())
         _may_render(debt if cpu_share else None, budget)
-        with budget.rendering() if budget is not None else nullcontext():
-            return await self._render_turn(call, in_box, key=(subject, body, html), debt=debt,
-                                           budget=budget, tenant=tenant, cpu_share=cpu_share)  # fmt: skip
-
-    async def _render_turn(
-        self,
-        call: partial[tuple[RenderedContent, float]],
-        in_box: Callable[[], Awaitable[tuple[RenderedContent, float]]],
-        *,
-        key: tuple[str | None, str, str | None],
-        debt: _CpuDebt,
-        budget: RequestBudget | None,
-        tenant: str | None,
-        cpu_share: bool,
-    ) -> RenderedContent:
-        """One render with the tenant's turn (``render_async``'s rest)."""
-        async with self.turn(tenant or "", wait_s=TURN_WAIT_S if cpu_share else None):
+        async with self.turn(tenant or "", wait_s=TURN_WAIT_S if cpu_share else None, budget=budget):
             # Checked again with the turn: a render that waited for it must not run once the
             # request's budget or the tenant's share was spent meanwhile.
             _may_render(debt if cpu_share else None, budget)
+            key = (subject, body, html)
             try:
-                if cpu_share and debt.settle() > OWING_S:
-                    content, spent_s = await in_box()
-                elif (inline := self._inline(call, key, debt)) is not None:
-                    content, spent_s = inline
-                elif cpu_share:
-                    content, spent_s = await self._sliced(call, in_box, debt)
-                else:
-                    content, spent_s = await asyncio.get_running_loop().run_in_executor(_RENDER_THREADS, call)
+                with budget.rendering() if budget is not None else nullcontext():
+                    if cpu_share and debt.settle() > OWING_S:
+                        content, spent_s = await in_box()
+                    elif (inline := self._inline(call, key, debt)) is not None:
+                        content, spent_s = inline
+                    elif cpu_share:
+                        content, spent_s = await self._sliced(call, in_box, debt)
+                    else:
+                        content, spent_s = await asyncio.get_running_loop().run_in_executor(
+                            _RENDER_THREADS, call
+                        )
             except RenderError as exc:
                 debt.debt_s += exc.cpu_s
                 raise
@@ -218,12 +206,15 @@ class Renderer(TemplateRenderer):
         return await in_box()
 
     @asynccontextmanager
-    async def turn(self, tenant: str, *, wait_s: float | None = None) -> AsyncIterator[None]:
+    async def turn(
+        self, tenant: str, *, wait_s: float | None = None, budget: RequestBudget | None = None
+    ) -> AsyncIterator[None]:
         """Hold ``tenant``'s place at the render threads (one render of a tenant at a time).
         Re-entrant within a task: a batch holds its tenant's turn for all its items, so its items
         do not queue one by one behind the tenant's other requests (20 loop bombs in a batch took
         5-10 s that way while the tenant's other requests rendered between them). With ``wait_s``,
-        raises ``RenderError`` (``render_limit``) when the turn did not come within that."""
+        raises ``RenderError`` (``render_limit``) when the turn did not come within that. With
+        ``budget``, the wait for the turn is render time (``RequestBudget.rendering``)."""
         held = _HELD_TURNS.get()
         if tenant in held:
             yield
@@ -235,8 +226,9 @@ class Renderer(TemplateRenderer):
                 # asyncio.timeout, not wait_for: wait_for runs the acquire in a task of its own,
                 # one per render even when the turn is free. With workers/retry.py's the same way,
                 # bench.e2e A/B/B/A (2026-11-28): API 0.40-0.41 -> 0.37-0.38 ms per notification.
-                async with asyncio.timeout(wait_s):
-                    await turn.lock.acquire()
+                with budget.rendering() if budget is not None else nullcontext():
+                    async with asyncio.timeout(wait_s):
+                        await turn.lock.acquire()
             except TimeoutError:
                 raise limit_error(
                     "this tenant's earlier templates are still rendering; retry in a few seconds"
