@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from harness.services import api_client, wait_until
 from tests.conftest import Stack, TenantInfo, make_tenant
+from tests.fixtures.rules import wait_holds
 from tests.fixtures.sends import email_send
 
 RULE = {"scope": "tenant", "name": "five-a-second", "limit": 5, "period_s": 1, "burst": 0}
@@ -26,15 +27,6 @@ SENDING = sa.text(
      WHERE tenant_id IN (:a, :b)
     """
 )
-
-
-async def relay_holds(stack: Stack, rule_id: str) -> None:
-    """Until the relay's rules (reloaded when older than 2 s) hold the rule."""
-
-    async def held() -> bool:
-        return any(str(r.id) == rule_id for r in (await stack.relay.pacing.rules.current()).rules)
-
-    await wait_until(held, timeout_s=10)
 
 
 async def schedule(client: httpx.AsyncClient, n: int, send_at: datetime) -> None:
@@ -55,7 +47,7 @@ async def test_a_tenants_sends_due_at_once_go_out_at_its_rate_and_others_do_not_
     # they are due.
     rule = await client.post("/v1/rate-limits", json=RULE)
     assert rule.status_code == 201, rule.text
-    await relay_holds(stack, rule.json()["id"])
+    await wait_holds(stack.relay.pacing.rules, rule.json()["id"], timeout_s=10)
     assert datetime.now(UTC) < due_at, "the relay took the rule after the sends were due"
 
     async def all_sent() -> list[Any] | None:
@@ -86,7 +78,7 @@ async def test_a_scheduled_send_held_past_the_horizon_after_its_send_at_ends_thr
         "/v1/rate-limits", json={**RULE, "name": "one-a-minute", "limit": 1, "period_s": 60}
     )
     assert rule.status_code == 201, rule.text
-    await relay_holds(stack, rule.json()["id"])
+    await wait_holds(stack.relay.pacing.rules, rule.json()["id"], timeout_s=10)
     async with engine.begin() as conn:  # due now, past its horizon: send_at a month and a minute ago
         await conn.execute(
             sa.text(

@@ -14,6 +14,7 @@ from core.render_box import RenderBox
 from core.render_errors import RenderError
 from harness.services import ApiServer, wait_until
 from tests.fixtures.hostile_templates import HOSTILE
+from tests.fixtures.render_turn import turn_held
 
 SLOW = HOSTILE["nested_range_loop"]
 
@@ -167,29 +168,19 @@ async def test_at_accept_a_render_waiting_too_long_for_its_tenants_turn_is_refus
 ) -> None:
     monkeypatch.setattr("core.render.TURN_WAIT_S", 0.2)
     renderer = Renderer()
-    held, release = asyncio.Event(), asyncio.Event()
-
-    async def hold_turn() -> None:
-        async with renderer.turn("b"):
-            held.set()
-            await release.wait()
-
-    holder = asyncio.create_task(hold_turn())
-    await held.wait()
     try:
-        with pytest.raises(RenderError) as caught:
-            await renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b")
-        assert caught.value.code == "render_limit" and "still rendering" in str(caught.value)
-        worker_render = asyncio.create_task(
-            renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b", cpu_share=False)
-        )
-        done, _ = await asyncio.wait({worker_render}, timeout=0.5)  # past TURN_WAIT_S: still waiting
-        assert not done, "the worker waits for the turn: a refusal there would fail a send"
-        release.set()
-        assert (await worker_render).body == "x"
+        async with turn_held(renderer, "b") as release:
+            with pytest.raises(RenderError) as caught:
+                await renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b")
+            assert caught.value.code == "render_limit" and "still rendering" in str(caught.value)
+            worker_render = asyncio.create_task(
+                renderer.render_async(subject=None, body="x", html=None, data={}, tenant="b", cpu_share=False)
+            )
+            done, _ = await asyncio.wait({worker_render}, timeout=0.5)  # past TURN_WAIT_S: still waiting
+            assert not done, "the worker waits for the turn: a refusal there would fail a send"
+            release.set()
+            assert (await worker_render).body == "x"
     finally:
-        release.set()
-        await holder
         await renderer.aclose()
 
 

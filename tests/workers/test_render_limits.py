@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from core.render import Renderer, RenderError, RequestBudget
 from harness.services import wait_until
 from tests.fixtures.hostile_templates import HOSTILE
+from tests.fixtures.render_turn import turn_held
 
 REFUSED = {"render_limit", "template_syntax", "template_error"}
 MAX_GROWTH_BYTES = 64 * 1024 * 1024
@@ -100,28 +101,18 @@ async def test_a_render_async_counts_its_wait_for_a_turn_against_the_wall() -> N
 
     budget = RequestBudget(10_000, wall_s=5.0, clock=clock)
     renderer = Renderer()
-    held, release = asyncio.Event(), asyncio.Event()
-
-    async def hold_the_turn() -> None:
-        async with renderer.turn("t"):
-            held.set()
-            await release.wait()
-
-    holder = asyncio.create_task(hold_the_turn())
     try:
-        await held.wait()
-        render = asyncio.create_task(
-            renderer.render_async(subject=None, body="hi", html=None, data={}, tenant="t", budget=budget)
-        )
-        await wait_until(lambda: read, timeout_s=5)  # its render began: it waits for the turn
-        assert not render.done()
-        now[0] += 2.0  # for 2 s
-        release.set()
-        assert (await render).body == "hi"
-        assert budget.remaining_ms == pytest.approx(3_000)
+        async with turn_held(renderer, "t") as release:
+            render = asyncio.create_task(
+                renderer.render_async(subject=None, body="hi", html=None, data={}, tenant="t", budget=budget)
+            )
+            await wait_until(lambda: read, timeout_s=5)  # its render began: it waits for the turn
+            assert not render.done()
+            now[0] += 2.0  # for 2 s
+            release.set()
+            assert (await render).body == "hi"
+            assert budget.remaining_ms == pytest.approx(3_000)
     finally:
-        release.set()
-        await holder
         await renderer.aclose()
 
 
