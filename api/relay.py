@@ -56,8 +56,7 @@ DUE = """
 PICK = f"""
     SELECT id, created_at, tenant_id, channel, user_id, priority, traceparent,
            coalesce(send_at, created_at) AS due_at,
-           status = 'scheduled' AND (published_at IS NULL OR published_at < not_before) AS paced,
-           coalesce(status = 'scheduled' AND not_before > send_at, false) AS held
+           status = 'scheduled' AND (published_at IS NULL OR published_at < not_before) AS paced
       FROM notifications
      WHERE ({DUE})
        AND NOT (status = 'scheduled' AND tenant_id = ANY($4::text[]))
@@ -88,14 +87,6 @@ HOLD = f"""
                           THEN n.history || {_ENTRY.format(status="n.status")} ELSE n.history END
       FROM unnest($1::uuid[], $2::timestamptz[], $3::float8[], $4::text[]) AS v(id, created_at, after_s, detail)
      WHERE {_KEYS.format(lo=5, hi=6)}
-"""
-# The held rows of tenants whose ``tenant`` rules changed go back to their send_at, where the next
-# passes queue them again (api/rule_changes.py). Rows held past now only: a due one is picked anyway.
-RELOOK = """
-    UPDATE notifications SET not_before = send_at, updated_at = now()
-     WHERE status = 'scheduled' AND not_before > now() AND not_before > send_at
-       AND (published_at IS NULL OR published_at < not_before)
-       AND ($2 OR tenant_id = ANY($1::text[]))
 """
 THROTTLE = f"""
     UPDATE notifications n
@@ -175,10 +166,7 @@ class Relay:
         """One pass, leaving out the due ``scheduled`` rows of the tenants in ``skip``."""
         # The rules are reloaded (every 2 s) here, not while the pick's row locks are held: a
         # cancel or a claim waiting on them would wait for the reload's round trip too.
-        if relook := await self.pacing.relook():
-            async with self.engine.begin() as conn:
-                moved = await conn.exec_driver_sql(RELOOK, (sorted(relook.tenants), relook.everyone))
-            log.info("relay: rules changed; %d held scheduled sends queued again", moved.rowcount)
+        await self.pacing.rules.current()
         async with self.engine.begin() as conn:
             picked = await conn.exec_driver_sql(
                 PICK, (self.grace_s, self.stale_queued_s, self.batch, sorted(skip))

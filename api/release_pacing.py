@@ -11,19 +11,14 @@ budget.
 For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
 
 - as many as its rules have room for now are released;
-- the rest wait their turn: the time every rule would have room for them
-  (`api.tenant_budget.Grant.after_s`), queued after the turns this relay already gave the
-  tenant's rows. (A first version started every pass's holds at "now": 100,000 rows of one
-  tenant shared the first pass's slots and came due together again and again, 2.5 M holds in
-  all, and another tenant's 120 sends due at the same instant waited 85-144 s behind them; a
-  helper's review, 2026-11-28.) A row whose turn is within ``HOLD_AHEAD`` is held to it
-  (``not_before``); one further is *parked* until ``PARK_BEFORE`` ahead of its turn, then lined
-  up again at the head of the queue, after the rows held to their turns. Rows due for the first
-  time go after every turn given, parked rows' included, so the queue keeps its order. The row
-  stays ``scheduled``; its history gains one entry naming the rule (not one per move);
-- a rule change reaches the parked rows: the relay moves the held rows of a tenant whose
-  ``tenant`` rules changed back to their ``send_at``, to be queued again under the rules then in
-  force (`api.rule_changes`, at most once every ``HOLD_AHEAD``);
+- the rest wait: their ``not_before`` moves to the times every rule would have room for them
+  (`api.tenant_budget.Grant.after_s`), queued after the slots this relay already gave the
+  tenant's held rows in the next ``HOLD_AHEAD``. (A first version started every pass's holds at
+  "now": 100,000 rows of one tenant shared the first pass's slots and came due together again
+  and again, 2.5 M holds in all, and another tenant's 120 sends due at the same instant waited
+  85-144 s behind them; a helper's review, 2026-11-28.) A hold is at most ``HOLD_AHEAD`` long:
+  the row is then looked at again, under the rules then in force. The row stays ``scheduled``;
+  its history gains one entry naming the rule (not one per move);
 - one whose slot is past `core.horizon.MAX_WAIT` after its ``send_at`` ends ``throttled`` at
   once, naming the rule, as a worker's hold past the horizon does (a rule loosened later does
   not bring it back);
@@ -55,27 +50,26 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.rule_changes import Relook, RuleChanges
-from api.tenant_budget import Grant, take_many
+from api.tenant_budget import take_many
 from clarion import metrics
 from clarion.rules import RulesCache, RuleSpec
 from core.horizon import MAX_WAIT
 from core.ratelimit import RateLimiter
 
-# A row is held to its turn when that is at most this far ahead; one further is parked until
-# PARK_BEFORE ahead of its turn and lined up again then. Before, every row held further was moved
-# to HOLD_AHEAD and looked at again every HOLD_AHEAD until its turn, and the pass's 2,000-row
-# batches split a backlog into groups that overtook each other. `python -m bench.release_queue`
-# (the real pacing over a simulated log, 3,000 rows due at once behind one a minute), updates a
-# row / rows out before an older one / the most overtaken row's time past its place:
-#   alone:                       300.3 / 498 / 8.3 h  ->  2.0 / 0 / 0
-#   the API taking 30%:          375.9 / 762 / 13.9 h -> 27.9 / 1,124 / 6 min (parked rows come
-#                                back too early and are parked again every PARK_BEFORE)
-#   rule loosened x10 after 10 h: 127.5 / 149 / 2.0 h ->  3.6 / 0 / 0 (api/rule_changes.py)
-# A row whose turn is past its horizon is throttled at once (a hostile probe: a tenant adding a
-# rule of one a month over its banked sends made each one ~8,640 updates under the first version).
+# A row is held at most this far ahead, then looked at again: a rule the tenant loosens or
+# deletes reaches its held rows within it, instead of at the slots the old rule gave them. The
+# cost is one more update of each row held further, every HOLD_AHEAD (the held rows / 300 a
+# second; 100,000 rows behind a rule of one a minute: ~330). A row whose slot is past its
+# horizon is throttled at once, not moved every 5 minutes for a month (a hostile probe: a tenant
+# adding a rule of one a month over its banked sends made each one ~8,640 updates). Looking
+# again half-way was tried (c4ff726) and undone: a row looked at again lost its place in the
+# queue and was moved every few minutes anyway, out of order (a review's simulation: 141 moves a
+# row on average for 300 rows at one an hour). So was parking a row until shortly before its real
+# turn with a look again on rule changes (99d7ce0, 2.0 updates a row instead of 300 in
+# `python -m bench.release_queue`): its queue's end lived in the relay's memory, and a review found
+# a cancelled backlog still delaying the tenant's later sends by up to 30 days, a rule change lost
+# to a relay restart, two relays at 34 updates a row, and the look again scanning 5-8 s.
 HOLD_AHEAD = timedelta(minutes=5)
-PARK_BEFORE = HOLD_AHEAD / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +85,6 @@ class DueRow:
     traceparent: str | None
     due_at: datetime  # send_at, or created_at for a row sent at once
     paced: bool  # a scheduled row never released (a released one re-picked is a recovery)
-    held: bool = False  # held back before (``not_before`` past ``send_at``): it has a place in the queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +97,6 @@ class Hold:
     row: DueRow
     after_s: float
     rule: RuleSpec
-    slot_s: float  # when its turn comes; ``after_s`` is earlier when the row is parked
-
-    @property
-    def parked(self) -> bool:
-        """Its turn is past ``HOLD_AHEAD``: it is looked at again ``PARK_BEFORE`` before it."""
-        return self.after_s < self.slot_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +122,8 @@ class ReleasePacing:
         self.rules = rules
         self.limiter = limiter
         self._clock = clock
-        self._places: dict[str, _Places] = {}  # where each tenant's queue ends
-        self.changes = RuleChanges(every=HOLD_AHEAD, clock=clock)
+        # tenant -> the last slot given to a held row of its: the next pass's holds queue after it
+        self._next_slot: dict[str, datetime] = {}
 
     @classmethod
     def from_engine(cls, engine: AsyncEngine, limiter: RateLimiter) -> ReleasePacing:
@@ -147,15 +134,6 @@ class ReleasePacing:
                 return cast(Sequence[Mapping[str, Any]], (await conn.exec_driver_sql(sql)).mappings().all())
 
         return cls(RulesCache(fetch), limiter)
-
-    async def relook(self) -> Relook | None:
-        """The tenants whose ``tenant`` rules changed (`api.rule_changes`), at most once every
-        ``HOLD_AHEAD``: the caller moves their held rows back to their ``send_at``, and their
-        queues here start again."""
-        relook = self.changes.due(await self.rules.current())
-        if relook is not None:
-            self._places = {t: p for t, p in self._places.items() if not relook.covers(t)}
-        return relook
 
     async def plan(self, rows: Sequence[DueRow]) -> ReleasePlan:
         """Split ``rows`` into those released now, those held back, and those past the horizon;
@@ -174,11 +152,32 @@ class ReleasePacing:
         now = self._clock()
         for tenant_id, grant in grants.items():
             waiting = paced[tenant_id][grant.admitted :]
-            places = self._places.setdefault(tenant_id, _Places())
-            held, ended = _line_up(grant, waiting, places, now)
-            hold += held
-            throttle += ended
-            dropped = len(ended)
+            # Slots from the rules' buckets (the k-th waiting one when every rule has room for
+            # it), moved past the slots this relay gave the tenant's earlier holds.
+            first, gap = grant.after_s(1), grant.after_s(2) - grant.after_s(1)
+            last = self._next_slot.get(tenant_id)
+            shift = max(0.0, (last - now).total_seconds() + gap - first) if last is not None else 0.0
+            dropped = 0
+            # The last real turn given. A row held to the cap holds none: counted as one, the
+            # room at the turn after it went to whichever later pass came due first, one row of a
+            # backlog larger than a pass every 5 minutes (`python -m bench.release_queue`, 3,000
+            # rows behind one a minute: 498 rows out of order, one 8.3 h past its place; now 0).
+            turn = last
+            floor_s = min(room.interval_s for room in grant.rooms)  # the API took the room looked at
+            for k, row in enumerate(waiting, start=1):
+                after_s, rule = grant.slot(k)
+                slot_s = (after_s or k * floor_s) + shift
+                at = now + timedelta(seconds=min(slot_s, HOLD_AHEAD.total_seconds()))
+                held = Hold(row, (at - now).total_seconds(), rule)
+                if now + timedelta(seconds=slot_s) > row.due_at + MAX_WAIT:  # its slot is past its horizon
+                    throttle.append(held)
+                    dropped += 1
+                else:
+                    hold.append(held)
+                    if slot_s <= HOLD_AHEAD.total_seconds():
+                        turn = now + timedelta(seconds=slot_s)
+            if turn is not None:
+                self._next_slot[tenant_id] = turn
             decisions = metrics.RATELIMIT_DECISIONS
             for label, decision, n in (
                 (grant.rooms[0].spec.metric_label, "allowed", grant.admitted),
@@ -186,67 +185,8 @@ class ReleasePacing:
                 (grant.holding(1).metric_label, "dropped", dropped),
             ):
                 decisions.labels(label, decision).inc(n)
-        if len(self._places) > 10_000:  # places passed reserve nothing
-            self._places = {t: p for t, p in self._places.items() if p.tail and p.tail > now}
+        if len(self._next_slot) > 10_000:  # slots passed reserve nothing
+            self._next_slot = {t: slot for t, slot in self._next_slot.items() if slot > now}
         waits = {h.row.id for h in (*hold, *throttle)}
         spent = frozenset(h.row.tenant_id for h in (*hold, *throttle))
         return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle), spent)
-
-
-@dataclass(slots=True)
-class _Places:
-    """Where a tenant's queue ends, as this relay gave its turns."""
-
-    window: datetime | None = None  # the last turn a row is held to, within HOLD_AHEAD
-    tail: datetime | None = None  # the last turn given to any row: rows due for the first time go after it
-
-
-def _line_up(
-    grant: Grant, waiting: Sequence[DueRow], places: _Places, now: datetime
-) -> tuple[list[Hold], list[Hold]]:
-    """Turns for the rows the grant did not admit, in order: those held before first (they have a
-    place, at the head of the queue: after the window), then those due for the first time (after
-    every turn given, parked rows' included). Returns the holds and the rows whose turn is past
-    their horizon, which end ``throttled``."""
-    holds: list[Hold] = []
-    ended: list[Hold] = []
-    queue = [r for r in waiting if r.held] + [r for r in waiting if not r.held]
-    shift = 0.0
-    for k, row in enumerate(queue, start=1):
-        if k == 1 or (not row.held and queue[k - 2].held):  # the first, the first new one
-            shift = _shift_after(
-                grant, k, now, places.window if row.held else _later(places.window, places.tail)
-            )
-        held = _place(grant, k, shift, row)
-        at = now + timedelta(seconds=held.slot_s)
-        if at > row.due_at + MAX_WAIT:  # its turn is past its horizon
-            ended.append(held)
-            continue
-        holds.append(held)
-        if not held.parked:
-            places.window = _later(places.window, at)
-        places.tail = _later(places.tail, at)
-    return holds, ended
-
-
-def _later(a: datetime | None, b: datetime | None) -> datetime | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-def _shift_after(grant: Grant, k: int, now: datetime, last: datetime | None) -> float:
-    """Seconds to add to the rules' slots from the ``k``-th on so that it comes a slot after ``last``."""
-    if last is None:
-        return 0.0
-    gap = grant.after_s(k + 1) - grant.after_s(k)
-    return max(0.0, (last - now).total_seconds() + gap - grant.after_s(k))
-
-
-def _place(grant: Grant, k: int, shift: float, row: DueRow) -> Hold:
-    """The ``k``-th waiting row's turn: held to it when it is within ``HOLD_AHEAD``, else parked
-    until ``PARK_BEFORE`` ahead of it."""
-    after_s, rule = grant.slot(k)
-    floor_s = min(room.interval_s for room in grant.rooms)  # the API took the room looked at
-    slot_s = (after_s or k * floor_s) + shift
-    if slot_s <= HOLD_AHEAD.total_seconds():
-        return Hold(row, slot_s, rule, slot_s)
-    return Hold(row, slot_s - PARK_BEFORE.total_seconds(), rule, slot_s)

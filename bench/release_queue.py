@@ -8,10 +8,10 @@ tenant's ``--rows`` scheduled sends all due at one instant behind an operator ``
 ``--limit`` per ``--period-s`` (no burst), a relay run every second (passes of 2,000 rows, further
 passes skipping the tenant once held, as `api.relay` does), time jumping to the next due row when
 nothing is due. ``--api-share`` is the part of the rule the tenant's immediate sends take at the
-API meanwhile; ``--loosen-at-s`` makes the rule ten times faster at that time (the relay moves the
-held rows back, `api.rule_changes`). It prints the updates a row cost (holds, parks, moves back),
-how many rows went out before an older one, and how long after its place in the queue the most
-overtaken row went (its place: the time of the n-th release for the n-th oldest row).
+API meanwhile; ``--loosen-at-s`` makes the rule ten times faster at that time. It prints the
+updates a row cost (its holds), how many rows went out before an older one, and how long after its
+place in the queue the most overtaken row went (its place: the time of the n-th release for the
+n-th oldest row).
 """
 
 from __future__ import annotations
@@ -73,16 +73,11 @@ async def simulate(
         )  # fmt: skip
         log[first.id] = Row(first, rank)
     released: list[tuple[int, float]] = []
-    updates = throttled = moves_back = 0
+    updates = throttled = 0
     owed, last_run = 0.0, 0.0
     while log:
         if loosen_at_s is not None and now[0] >= loosen_at_s and rules.row["limit"] == limit:
             rules.row["limit"] = limit * 10
-        if (relook := await pacing.relook()) is not None and relook.covers("A"):
-            for row in log.values():
-                if row.not_before > now[0]:
-                    row.not_before, row.updates = 0.0, row.updates + 1
-                    moves_back += 1
         if api_share:
             spec = (await pacing.rules.current()).rules[0]
             owed += api_share * (now[0] - last_run) * spec.limit / spec.period_s
@@ -94,7 +89,7 @@ async def simulate(
             due = sorted((r for r in log.values() if r.not_before <= now[0]), key=lambda r: r.rank)[:BATCH]
             if not due:
                 break
-            plan = await pacing.plan([dataclasses.replace(r.due, held=r.not_before > 0) for r in due])
+            plan = await pacing.plan([r.due for r in due])
             for d in plan.release:
                 released.append((log.pop(d.id).rank, now[0]))
             for h in plan.hold:
@@ -113,10 +108,8 @@ async def simulate(
         "rows": rows,
         "released": len(released),
         "throttled": throttled,
-        "updates a row": (updates + moves_back) / rows,
-        "rows out before an older one": sum(
-            1 for a, b in itertools.pairwise(released) if b[0] < a[0]
-        ),
+        "updates a row": updates / rows,
+        "rows out before an older one": sum(1 for a, b in itertools.pairwise(released) if b[0] < a[0]),
         "most overtaken row, s after its place": max((t - times[rank] for rank, t in released), default=0.0),
         "last out, h after due": max(times, default=0.0) / 3600,
     }

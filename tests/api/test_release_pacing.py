@@ -4,14 +4,13 @@ rule decides how many go now, the rest wait a slot apart; nothing else is held."
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from api.ingress import tenant_key
-from api.release_pacing import PARK_BEFORE, DueRow, ReleasePacing
+from api.release_pacing import HOLD_AHEAD, DueRow, ReleasePacing
 from clarion.rules import RulesCache
 from core.horizon import MAX_WAIT
 from core.ratelimit_memory import MemoryRateLimiter
@@ -73,37 +72,11 @@ async def test_a_later_pass_queues_its_holds_after_the_slots_already_given() -> 
     assert first.spent == second.spent == {"t1"}
 
 
-async def test_a_turn_past_hold_ahead_is_parked_until_park_before_ahead_of_it() -> None:
-    plan = await pacing(tenant_rule(limit=1, period_s=120.0)).plan(due(n=5))  # one every 2 minutes
-    assert len(plan.release) == 1
-    assert [h.slot_s for h in plan.hold] == pytest.approx([120, 240, 360, 480])
-    park = PARK_BEFORE.total_seconds()
-    assert [h.after_s for h in plan.hold] == pytest.approx([120, 240, 360 - park, 480 - park])
-    assert [h.parked for h in plan.hold] == [False, False, True, True]
-
-
-async def test_a_parked_row_back_early_goes_at_the_head_of_the_queue_and_new_rows_after_every_turn() -> None:
-    """Before, every row held further than HOLD_AHEAD was moved every 5 minutes until its turn:
-    300 updates a row for 3,000 rows behind one a minute (`python -m bench.release_queue`)."""
-    clock = [NOW]
-    paced = ReleasePacing(
-        RulesCache(Table([tenant_rule(limit=1, period_s=60.0)]).fetch),
-        MemoryRateLimiter(clock=lambda: 1_000.0 + (clock[0] - NOW).total_seconds()),
-        clock=lambda: clock[0],
-    )
-    first = await paced.plan(due(n=11))  # turns at 1..10 minutes: 6..10 parked
-    assert [h.slot_s for h in first.hold] == pytest.approx([60.0 * k for k in range(1, 11)])
-    for h in first.hold[:3]:  # the rows held to their turns go at them
-        clock[0] = NOW + timedelta(seconds=h.slot_s)
-        assert (await paced.plan([replace(h.row, held=True)])).release
-    back = [h.row for h in first.hold if h.parked][:2]  # the first two come back 150 s ahead of their turns
-    clock[0] = NOW + timedelta(seconds=first.hold[5].after_s)
-    fresh = due(n=1)  # due for the first time: after every turn given, the parked ones' too
-    second = await paced.plan([replace(r, held=True) for r in back] + fresh)
-    assert not second.release
-    since = (clock[0] - NOW).total_seconds()
-    assert [h.slot_s + since for h in second.hold] == pytest.approx([360, 420, 660])
-    assert [h.parked for h in second.hold] == [False, False, True]  # 360 s is 150 s ahead
+async def test_queued_slots_never_pass_hold_ahead() -> None:
+    pacing_ = pacing(tenant_rule(limit=1, period_s=120.0))
+    await pacing_.plan(due(n=10))  # slots at 2, 4, then 5 minutes for the rest
+    later = await pacing_.plan(due(n=1))
+    assert [h.after_s for h in later.hold] == [HOLD_AHEAD.total_seconds()]
 
 
 async def test_what_the_api_charged_the_tenant_leaves_less_for_its_releases() -> None:
@@ -127,6 +100,13 @@ async def test_with_the_budget_spent_nothing_goes_and_the_first_waits_for_its_sl
     plan = await pacing(rule, limiter=limiter).plan(due(n=3))
     assert not plan.release
     assert [h.after_s for h in plan.hold] == pytest.approx([5, 10, 15])
+
+
+async def test_a_hold_is_at_most_hold_ahead_away_so_a_rule_changed_later_reaches_it() -> None:
+    plan = await pacing(tenant_rule(limit=1, period_s=120.0)).plan(due(n=5))  # one every 2 minutes
+    assert len(plan.release) == 1
+    ahead = HOLD_AHEAD.total_seconds()
+    assert [h.after_s for h in plan.hold] == pytest.approx([120, 240, ahead, ahead])
 
 
 async def test_a_hold_past_the_horizon_after_send_at_ends_throttled_only_at_its_horizon() -> None:
@@ -189,7 +169,7 @@ async def test_a_rule_with_room_to_spare_does_not_space_the_held_rows() -> None:
     assert [h.rule.name for h in plan.hold[:3]] == ["operator"] * 3
     assert plan.hold[989].after_s == pytest.approx(99.0)  # the own rule's 990 left go at 10/s
     assert plan.hold[999].rule.name == "own"  # then one every 86.4 s: the 1,000th's slot is 864 s
-    assert plan.hold[999].slot_s == pytest.approx(864.0) and plan.hold[999].parked
+    assert plan.hold[999].after_s == HOLD_AHEAD.total_seconds()  # out: looked at again before
 
 
 async def test_a_slot_past_the_horizon_is_throttled_at_once_not_moved_for_a_month() -> None:

@@ -11,7 +11,6 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.relay import PICK, RELOOK, Relay
 from harness.services import api_client, wait_until
 from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.fixtures.rules import wait_holds
@@ -105,48 +104,3 @@ async def test_a_scheduled_send_held_past_the_horizon_after_its_send_at_ends_thr
     assert sorted(r.status for r in rows) == ["sent", "throttled"]
     [throttled] = [r for r in rows if r.status == "throttled"]
     assert throttled.error_code == "rate_limited" and "one-a-minute" in throttled.error_message
-
-
-async def test_a_rule_change_moves_only_that_tenants_parked_sends_back_to_their_send_at(
-    stack: Stack, engine: AsyncEngine, client: httpx.AsyncClient, tenant: TenantInfo
-) -> None:
-    """A send parked for a turn given under a slow rule would wait for it after the rule was
-    loosened; the relay moves the held sends of a tenant whose rules changed back to their
-    ``send_at``, to be queued again (api/rule_changes.py)."""
-    other = await make_tenant(engine)
-    send_at = datetime.now(UTC) + timedelta(days=20)
-    await schedule(client, 3, send_at)
-    async with api_client(stack.api.url, other.key) as other_client:
-        await schedule(other_client, 1, send_at)
-    parked = sa.text("UPDATE notifications SET not_before = send_at + interval '1 day' WHERE tenant_id = :t")
-    moved_back = sa.text("SELECT bool_and(not_before = send_at) FROM notifications WHERE tenant_id = :t")
-    relay = Relay(engine, stack.relay.publisher, interval_s=60, grace_s=60, stale_queued_s=60)
-    await relay.run_once()  # its first look at the rules: the baseline
-    async with engine.begin() as conn:
-        await conn.execute(parked, {"t": tenant.id})
-    rule = await client.post("/v1/rate-limits", json=RULE)
-    assert rule.status_code == 201, rule.text
-    await wait_holds(relay.pacing.rules, rule.json()["id"], timeout_s=10)
-    await relay.run_once()
-    async with engine.connect() as conn:
-        assert (await conn.execute(moved_back, {"t": tenant.id})).scalar_one()
-    async with engine.begin() as conn:  # one transaction: no other relay moves the row meanwhile
-        await conn.execute(parked, {"t": other.id})
-        await conn.exec_driver_sql(RELOOK, ([tenant.id], False))
-        assert not (await conn.execute(moved_back, {"t": other.id})).scalar_one()
-        await conn.exec_driver_sql(RELOOK, ([], True))  # an operator's rule changed
-        assert (await conn.execute(moved_back, {"t": other.id})).scalar_one()
-    async with engine.connect() as conn, conn.begin() as tx:  # rolled back: the relays never see it
-        for t, not_before in (
-            (tenant.id, "now() - interval '1 hour'"),
-            (other.id, "now() - interval '1 second'"),
-        ):
-            await conn.execute(
-                sa.text(f"UPDATE notifications SET send_at = now() - interval '1 hour', not_before = {not_before}"
-                        " WHERE tenant_id = :t"),
-                {"t": t},
-            )  # fmt: skip
-        picked = (await conn.exec_driver_sql(PICK, (60.0, 60.0, 100_000, []))).mappings().all()
-        held = {(r["tenant_id"], r["held"]) for r in picked if r["tenant_id"] in (tenant.id, other.id)}
-        assert held == {(tenant.id, False), (other.id, True)}  # due at its send_at, or held past it
-        await tx.rollback()
