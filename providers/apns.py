@@ -23,6 +23,7 @@ from providers.base import RenderedMessage, SendResult
 from providers.errors import (
     PermanentProviderError,
     ProviderError,
+    RecipientThrottled,
     TransientProviderError,
     overloaded,
     parse_retry_after,
@@ -37,11 +38,12 @@ MAX_PAYLOAD_BYTES = 4096
 MIN_TOKEN_INTERVAL_S = 20 * 60
 
 _INVALID_RECIPIENT = frozenset({"BadDeviceToken", "Unregistered", "ExpiredToken", "DeviceTokenNotForTopic"})
+# "Too many requests were made consecutively to the same device token": that one device, not APNs.
+_RECIPIENT_THROTTLED = "TooManyRequests"
 _TRANSIENT = frozenset(
     {
         "Shutdown",
         "IdleTimeout",
-        "TooManyRequests",
         "TooManyProviderTokenUpdates",
         "InternalServerError",
         "ServiceUnavailable",
@@ -177,6 +179,11 @@ class ApnsProvider:
         status = response.status
         reason = _reason(response) or f"http_{status}"
         text = f"APNs refused the push: {status} {reason}"
+        retry_after_s = parse_retry_after(_text(response.headers.get(b"retry-after")))
+        if reason == _RECIPIENT_THROTTLED:
+            return RecipientThrottled(
+                text, provider=self.name, code=reason, http_status=status, retry_after_s=retry_after_s
+            )
         return refusal(
             text,
             provider=self.name,
@@ -184,7 +191,7 @@ class ApnsProvider:
             http_status=status,
             invalid_recipient=reason in _INVALID_RECIPIENT,
             transient=reason in _TRANSIENT or overloaded(status),
-            retry_after_s=parse_retry_after(_text(response.headers.get(b"retry-after"))),
+            retry_after_s=retry_after_s,
         )
 
     async def aclose(self) -> None:

@@ -2,6 +2,7 @@
 
     ProviderError
      ├── TransientProviderError      timeouts, connection errors, 5xx, 429 (carries retry_after_s)
+     │    └── RecipientThrottled     the provider works, but takes no more for this one recipient now
      └── PermanentProviderError      bad request, auth/config errors: retrying unchanged cannot help
           └── InvalidRecipient       the address or device token is invalid: stop sending to it
 
@@ -64,6 +65,13 @@ class TransientProviderError(ProviderError):
     ) -> None:
         super().__init__(message, provider=provider, code=code, http_status=http_status)
         self.retry_after_s = retry_after_s
+
+
+class RecipientThrottled(TransientProviderError):
+    """The provider is working and refuses more for this one recipient for now (APNs ``429
+    TooManyRequests``: too many pushes to the same device token). Retried later like any transient
+    error, but it says nothing about the provider's health: the tenant that sends too much to one of
+    its devices must not open the breaker or slow the pacing every tenant's sends share."""
 
 
 class PermanentProviderError(ProviderError):

@@ -19,7 +19,13 @@ import asyncpg
 
 from core.render import RenderedContent
 from providers.base import Provider, RenderedMessage, SendResult
-from providers.errors import InvalidRecipient, PermanentProviderError, ProviderError, TransientProviderError
+from providers.errors import (
+    InvalidRecipient,
+    PermanentProviderError,
+    ProviderError,
+    RecipientThrottled,
+    TransientProviderError,
+)
 from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel
 from workers.breaker import Breakers, CircuitOpen
@@ -194,13 +200,17 @@ def _attempt_recorder(
     n: ClaimedNotification, message: RenderedMessage, provider: str, breaker: Any, attempts: list[Attempt]
 ) -> Callable[[datetime, datetime, BaseException | None], None]:
     """The ``on_attempt`` callback for one provider of the chain: every call becomes an ``Attempt``
-    numbered after the notification's earlier ones, and a transient failure counts on its breaker."""
+    numbered after the notification's earlier ones, and a transient failure counts on its breaker:
+    not a refusal of one recipient (``RecipientThrottled``), which the provider answered working."""
 
     def on_attempt(started: datetime, finished: datetime, error: BaseException | None) -> None:
         number = n.attempts + len(attempts) + 1
         attempts.append(attempt_row(n, number, provider, message.to, started, finished, error))
         if breaker is not None:
-            breaker.record(failed=error is not None and not isinstance(error, PermanentProviderError))
+            breaker.record(
+                failed=error is not None
+                and not isinstance(error, PermanentProviderError | RecipientThrottled)
+            )
 
     return on_attempt
 

@@ -43,7 +43,7 @@ from core.limiter import build_rate_limiter
 from core.ratelimit import Allowed, ElasticPool, InvalidRule, LimitDecision, RateLimiter, RetryAfter, Rule
 from core.ratelimit_memory import MemoryRateLimiter
 from core.render import RenderedContent
-from providers.errors import ProviderError
+from providers.errors import ProviderError, RecipientThrottled
 from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel, Priority, Status
 from workers.claim import ClaimedNotification
@@ -141,8 +141,9 @@ class AdaptivePacing:
         return recovered
 
     def on_provider_error(self, error: ProviderError) -> None:
-        """Slow the provider down when it answered 429 (the pipeline's ``on_provider_error`` hook)."""
-        if error.http_status != 429:
+        """Slow the provider down when it answered 429 (the pipeline's ``on_provider_error`` hook);
+        not for a 429 about one recipient (``RecipientThrottled``): the provider's pace is fine."""
+        if error.http_status != 429 or isinstance(error, RecipientThrottled):
             return
         now = self.clock()
         state = self._state.get(error.provider)

@@ -16,7 +16,12 @@ from harness.fakes import make_message
 from harness.fakes.apns import FakeApns
 from providers.apns import ApnsProvider
 from providers.base import RenderedMessage
-from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
+from providers.errors import (
+    InvalidRecipient,
+    PermanentProviderError,
+    RecipientThrottled,
+    TransientProviderError,
+)
 from providers.settings import ApnsSettings
 from schema.enums import Channel, Priority
 from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
@@ -283,3 +288,20 @@ async def test_payload_is_compact_json(fake: FakeApns, provider: ApnsProvider) -
 
     raw = fake.requests[0].raw
     assert raw == json.dumps(fake.requests[0].body, separators=(",", ":")).encode()
+
+
+async def test_too_many_requests_for_one_device_throttles_that_recipient_not_apns(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    """APNs answers TooManyRequests for "too many requests to the same device token": about that
+    device, so the worker must not count it against APNs (tests/workers/test_recipient_throttled.py)."""
+    fake.fail_token(DEVICE, "TooManyRequests")
+
+    with pytest.raises(RecipientThrottled) as caught:
+        await provider.send(push())
+
+    assert (caught.value.code, caught.value.http_status) == ("TooManyRequests", 429)
+    fake.force_reason("TooManyProviderTokenUpdates")  # about our provider token: all of APNs
+    with pytest.raises(TransientProviderError) as shared:
+        await provider.send(push(to="cd" * 32))
+    assert not isinstance(shared.value, RecipientThrottled)
