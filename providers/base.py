@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 from uuid import UUID
 
 from schema.enums import Channel, Priority
@@ -15,7 +15,8 @@ class RenderedMessage:
     """One message to one address, fully rendered: all a provider needs to make one call.
 
     ``to`` is an email address (email), an E.164 number (sms) or a device token (push, with
-    ``platform`` naming ``apns`` or ``fcm``). For push, ``subject`` is the title.
+    ``platform`` naming ``apns`` or ``fcm``). For push, ``subject`` is the title and ``data`` the
+    tenant's JSON values (plus Clarion's own text ones), which each adapter encodes for its provider.
     """
 
     notification_id: UUID
@@ -28,7 +29,7 @@ class RenderedMessage:
     subject: str | None = None
     html: str | None = None
     platform: str | None = None
-    data: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)  # push: JSON values, as the tenant sent them
     unsubscribe_url: str | None = None
     collapse_id: str | None = None
     expires_at: datetime | None = None

@@ -66,9 +66,12 @@ class Sender:
         unsubscribe = (
             self.unsubscribe_url(n) if self.unsubscribe_url and self.channel is Channel.email else None
         )
-        data: dict[str, str] = {}
+        data: dict[str, Any] = {}
         if self.channel is Channel.push:
-            data = {k: str(v) for k, v in n.data.items()}
+            # As the tenant sent them: each adapter writes them as its provider carries them (APNs
+            # as JSON values, FCM as text, JSON for what is not). ``str()`` here made both say
+            # Python's ``True``, ``None`` and ``{'a': 1}``, which no app's JSON parser reads.
+            data = dict(n.data)
             data.update(self.push_data(n) if self.push_data else {})
         for address in addresses:
             message = RenderedMessage(
