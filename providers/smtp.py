@@ -3,7 +3,8 @@
 One connection per message: this route carries traffic only while the primary is down, and a
 fresh connection avoids holding a session a relay may have timed out. SMTP reply codes classify
 the failure: 4xx and connection problems are transient, 5xx permanent, and a 5xx on the recipient
-(``RCPT TO``) an invalid recipient.
+(``RCPT TO``) an invalid recipient; an internationalized address the server cannot carry (no
+SMTPUTF8) is permanent for that message.
 """
 
 from __future__ import annotations
@@ -79,11 +80,19 @@ class SmtpProvider:
             raise self._classify(exc.recipients[0]) from exc
         except aiosmtplib.SMTPResponseException as exc:
             raise self._classify(exc) from exc
-        except (aiosmtplib.SMTPException, OSError) as exc:
-            code = "timeout" if isinstance(exc, TimeoutError) else "connection_error"
-            raise TransientProviderError(
-                f"SMTP server unreachable: {exc!r}", provider=self.name, code=code
+        except aiosmtplib.SMTPNotSupported as exc:
+            if message.to.isascii():  # an extension the account needs (STARTTLS, AUTH): as before
+                raise _unreachable(exc) from exc
+            # An internationalized address (which the API accepts) needs SMTPUTF8, which this server
+            # does not offer: the server works, and no retry can carry it. As a transient error,
+            # one tenant's ten such emails opened the SMTP breaker for every tenant.
+            raise PermanentProviderError(
+                f"the SMTP server cannot carry a non-ASCII address (no SMTPUTF8): {exc}",
+                provider=self.name,
+                code="smtputf8_unsupported",
             ) from exc
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            raise _unreachable(exc) from exc
         return SendResult(provider=self.name, provider_message_id=str(mime["Message-ID"]).strip("<>"))
 
     def _classify(self, exc: aiosmtplib.SMTPResponseException) -> ProviderError:
@@ -97,3 +106,8 @@ class SmtpProvider:
 
     async def aclose(self) -> None:
         """Nothing to close: each send uses its own connection."""
+
+
+def _unreachable(exc: Exception) -> TransientProviderError:
+    code = "timeout" if isinstance(exc, TimeoutError) else "connection_error"
+    return TransientProviderError(f"SMTP server unreachable: {exc!r}", provider="smtp", code=code)
