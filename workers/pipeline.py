@@ -31,7 +31,7 @@ from schema.enums import Channel, Status
 from schema.messages import NotificationMessage
 from workers.claim import ClaimedNotification, Unreadable, claim
 from workers.conclude import Calls, conclude, unless_expired
-from workers.content import Content
+from workers.content import Content, RenderDeferred
 from workers.expiry import ExpiryScreen
 from workers.outcome import Attempt, Outcome
 from workers.recipients import Address, addresses_for
@@ -42,6 +42,9 @@ from workers.steps import Gate, Screen
 from workers.traces import claim_spans, provider_spans, record_spans
 
 log = logging.getLogger(__name__)
+
+# How long a notification whose tenant's turn at rendering did not come waits (workers.content).
+RENDER_DEFERRED_BY = timedelta(seconds=1)
 
 # Faults of the infrastructure, not of the notification: it is retried, not failed.
 PASSING_FAULTS: tuple[type[BaseException], ...] = (
@@ -153,6 +156,15 @@ class Pipeline:
             )
         try:
             content = await self._render(n)
+        except RenderDeferred:
+            return Outcome(
+                notification_id=n.id,
+                status=Status.delayed,
+                error_code="render_deferred",
+                error_message="this tenant's earlier notifications were still rendering",
+                not_before=datetime.now(UTC) + RENDER_DEFERRED_BY,
+                detail="render deferred to a later batch",
+            )
         except RenderError as exc:
             return Outcome(
                 notification_id=n.id,

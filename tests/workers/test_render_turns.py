@@ -1,0 +1,68 @@
+"""One tenant's slow renders hold only that tenant's notifications, never a whole batch.
+
+The worker renders a tenant's notifications one at a time and records a batch only when its last
+notification is done. Before, 53 sends of one tenant with legal templates of ~140 ms, due at once,
+held a batch for 22 s (an end-to-end probe, 2026-11-28): another tenant's SMS, sent a second later
+into the next batch, took 23 s instead of 0.9 s. Now a notification whose tenant's turn does not
+come within ``turn_wait_s`` is ``delayed`` a moment (``render_deferred``) for a later batch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from core.render import RenderedContent
+from tests.workers.test_isolation import build, by_event, row
+from workers.content import Content, RenderDeferred
+from workers.recipients import Address
+
+
+class HeldRenderer:
+    """Renders tenant ``t-b``'s templates only once ``release`` is set; others at once."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def render_async(self, *, tenant: str | None = None, **_: Any) -> RenderedContent:
+        if tenant == "t-b":
+            await self.release.wait()
+        return RenderedContent(subject=None, body="hello", html=None)
+
+
+class CountingContent(Content):
+    """Lets the held render finish once the tenant's two other notifications were deferred."""
+
+    def __init__(self, renderer: HeldRenderer) -> None:
+        super().__init__(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
+        self.held = renderer
+        self.deferred = 0
+
+    async def render(self, n: Any) -> RenderedContent:
+        try:
+            return await super().render(n)
+        except RenderDeferred:
+            self.deferred += 1
+            if self.deferred == 2:
+                self.held.release.set()
+            raise
+
+
+async def test_a_tenants_notifications_waiting_for_its_turn_are_deferred_and_the_batch_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = [row(f"b-{i}", tenant_id="t-b") for i in range(3)]
+    other = row("a-1", tenant_id="t-a")
+    rows = [*slow, other]
+    addresses = {r.id: [Address(f"+1415555000{i}")] for i, r in enumerate(rows)}
+    pipeline, provider, messages = build(monkeypatch, rows, addresses)
+    pipeline.content = CountingContent(HeldRenderer())
+
+    outcomes = by_event(rows, await asyncio.wait_for(pipeline.process(messages), 30))
+
+    assert outcomes.pop("a-1").status == "sent"
+    statuses = sorted((o.status, o.error_code, o.calls) for o in outcomes.values())
+    assert statuses == [("delayed", "render_deferred", 0)] * 2 + [("sent", None, 1)]
+    assert all(o.not_before is not None for o in outcomes.values() if o.status == "delayed")
+    assert sorted(m.to for m in provider.sent) == ["+14155550000", "+14155550003"]
