@@ -7,15 +7,20 @@ its render CPU share (``cpu_share=False``).
 
 One tenant's renders run one at a time (the renderer's turns), and a batch is recorded only when
 its last notification is done. So a tenant's notifications wait at most ``turn_wait_s`` for their
-turn; past that, ``RenderDeferred``: the pipeline holds them a moment (``delayed``) for a later
-batch instead of keeping everyone else's outcomes, and the next batch, waiting for them. Before,
-53 sends of one tenant with legal 140 ms templates, due at once, held a batch for 22 s, and
-another tenant's SMS sent a second later took 23 s instead of 0.9 s.
+turn; past that, ``RenderDeferred``: the pipeline holds them (``delayed``) for a later batch
+instead of keeping everyone else's outcomes, and the next batch, waiting for them. Before, 53
+sends of one tenant with legal 140 ms templates, due at once, held a batch for 22 s, and another
+tenant's SMS sent a second later took 23 s instead of 0.9 s (a helper's probe, 2026-11-28). The
+deferred come back one render apart, at the pace the tenant's renders held the turn here (at
+least a second), so a backlog is not claimed and recorded again and again. The wait is bounded in
+a turn of the worker's own around the renderer's, whose turns wait without bound when
+``cpu_share`` is off, as it is here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,16 +34,24 @@ from workers.email_tracking import EmailTracking
 Source = tuple[str | None, str, str | None, bool | None]  # subject (or push title), body, html, tracked
 
 TURN_WAIT_S = 2.0
+MIN_DEFER_S = 1.0
 
 
 class RenderDeferred(Exception):
-    """This tenant's earlier notifications are still rendering: deliver this one in a later batch."""
+    """This tenant's earlier notifications are still rendering: deliver this one in a later batch,
+    ``after_s`` from now."""
+
+    def __init__(self, tenant: str, after_s: float) -> None:
+        super().__init__(tenant)
+        self.after_s = after_s
 
 
 class _Turn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.waiting = 0
+        self.deferred = 0  # while anyone waits: the deferrals so far, each a render later than the last
+        self.render_s = 0.0  # how long the tenant's last render held the turn
 
 
 class Content:
@@ -85,10 +98,16 @@ class Content:
                 async with asyncio.timeout(self.turn_wait_s):
                     await turn.lock.acquire()
             except TimeoutError:
-                raise RenderDeferred(tenant) from None
+                # Deferred one render apart, at the tenant's pace here: deferred all alike, a
+                # backlog came back together and most of it was deferred again, each time a claim
+                # and a record of every row on the shared database.
+                turn.deferred += 1
+                raise RenderDeferred(tenant, max(MIN_DEFER_S, turn.deferred * turn.render_s)) from None
+            started = time.monotonic()
             try:
                 yield
             finally:
+                turn.render_s = time.monotonic() - started
                 turn.lock.release()
         finally:
             turn.waiting -= 1

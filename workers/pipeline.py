@@ -43,9 +43,6 @@ from workers.traces import claim_spans, provider_spans, record_spans
 
 log = logging.getLogger(__name__)
 
-# How long a notification whose tenant's turn at rendering did not come waits (workers.content).
-RENDER_DEFERRED_BY = timedelta(seconds=1)
-
 # Faults of the infrastructure, not of the notification: it is retried, not failed.
 PASSING_FAULTS: tuple[type[BaseException], ...] = (
     OSError,  # ConnectionError, TimeoutError
@@ -156,13 +153,13 @@ class Pipeline:
             )
         try:
             content = await self._render(n)
-        except RenderDeferred:
+        except RenderDeferred as deferred:
             return Outcome(
                 notification_id=n.id,
                 status=Status.delayed,
                 error_code="render_deferred",
                 error_message="this tenant's earlier notifications were still rendering",
-                not_before=datetime.now(UTC) + RENDER_DEFERRED_BY,
+                not_before=datetime.now(UTC) + timedelta(seconds=deferred.after_s),
                 detail="render deferred to a later batch",
             )
         except RenderError as exc:

@@ -24,9 +24,11 @@ class HeldRenderer:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.entered = asyncio.Event()  # a render of t-b holds the turn
 
     async def render_async(self, *, tenant: str | None = None, **_: Any) -> RenderedContent:
         if tenant == "t-b":
+            self.entered.set()
             await self.release.wait()
         return RenderedContent(subject=None, body="hello", html=None)
 
@@ -66,3 +68,21 @@ async def test_a_tenants_notifications_waiting_for_its_turn_are_deferred_and_the
     assert statuses == [("delayed", "render_deferred", 0)] * 2 + [("sent", None, 1)]
     assert all(o.not_before is not None for o in outcomes.values() if o.status == "delayed")
     assert sorted(m.to for m in provider.sent) == ["+14155550000", "+14155550003"]
+
+
+async def test_deferrals_come_back_one_render_apart_at_the_tenants_pace() -> None:
+    """Deferred alike (1 s), a backlog came back together and was mostly deferred again: a claim
+    and a record of each row on the shared database every cycle."""
+    renderer = HeldRenderer()
+    content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
+    holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
+    await renderer.entered.wait()
+    content._turns["t-b"].render_s = 0.4  # as if its last render took 0.4 s
+    waits = []
+    for i in range(1, 6):
+        with pytest.raises(RenderDeferred) as deferred:
+            await content.render(row(f"b-{i}", tenant_id="t-b"))
+        waits.append(deferred.value.after_s)
+    renderer.release.set()
+    await holding
+    assert waits == pytest.approx([1.0, 1.0, 1.2, 1.6, 2.0])
