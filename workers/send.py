@@ -212,7 +212,8 @@ def _attempt_recorder(
         if breaker is not None:
             breaker.record(
                 failed=error is not None
-                and not isinstance(error, PermanentProviderError | RecipientThrottled)
+                and not isinstance(error, PermanentProviderError | RecipientThrottled),
+                recipient=message.to,
             )
 
     return on_attempt
