@@ -19,7 +19,7 @@ import asyncio
 import json
 from typing import Any
 
-from api.body_framing import FramingLimitedProtocol
+from api.pipelining import PipelineLimitedProtocol
 
 _BODY = json.dumps(
     {"error": {"code": "request_timeout", "message": "The request head did not arrive in time."}}
@@ -30,8 +30,8 @@ _RESPONSE = (
 )
 
 
-class ReadDeadlineProtocol(FramingLimitedProtocol):
-    """``FramingLimitedProtocol`` with a deadline on each request's head and on its body."""
+class ReadDeadlineProtocol(PipelineLimitedProtocol):
+    """``PipelineLimitedProtocol`` with a deadline on each request's head and on its body."""
 
     head_timeout_s = 10.0
     body_timeout_s = 30.0
