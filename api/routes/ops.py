@@ -21,14 +21,24 @@ router = APIRouter(tags=["operations"])
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 MAX_WINDOW_S = 7 * 24 * 3600
-# The page handles an admin key: never inside another site's frame (clickjacking).
+# The page handles an admin key: never inside another site's frame (clickjacking), and it shows
+# tenants' values (event ids, user ids, error messages, provider answers): it writes them as text,
+# and the policy runs no script but its own two files, so a value that ever reached the DOM as HTML
+# could still not run, load anything, or send the key anywhere but this API; the sign-in form never
+# submits (a key in the URL) even if its script did not load.
+OPS_PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
+    "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+)
 OPS_PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Content-Security-Policy": OPS_PAGE_CSP,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+
+SCRIPT_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
 @router.get("/v1/ops/queues", response_model=QueuesOut)
@@ -64,13 +74,9 @@ async def dashboard() -> FileResponse:
 
 @router.get("/ops/analytics.js", include_in_schema=False)
 async def dashboard_analytics_script() -> FileResponse:
-    return FileResponse(
-        STATIC / "analytics.js", media_type="text/javascript", headers={"Cache-Control": "no-store"}
-    )
+    return FileResponse(STATIC / "analytics.js", media_type="text/javascript", headers=SCRIPT_HEADERS)
 
 
 @router.get("/ops/ops.js", include_in_schema=False)
 async def dashboard_script() -> FileResponse:
-    return FileResponse(
-        STATIC / "ops.js", media_type="text/javascript", headers={"Cache-Control": "no-store"}
-    )
+    return FileResponse(STATIC / "ops.js", media_type="text/javascript", headers=SCRIPT_HEADERS)

@@ -20,6 +20,24 @@ async def test_the_ops_page_refuses_to_be_framed(api: ApiServer) -> None:
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
 
 
+async def test_the_ops_page_runs_only_its_own_scripts(api: ApiServer) -> None:
+    """The page shows tenants' values; its policy allows no inline script or handler, no other
+    origin for scripts or requests, no <base>, and no form submission (an admin key in a URL)."""
+    async with api_client(api.url, None) as anonymous:
+        page = await anonymous.get("/ops")
+        script = await anonymous.get("/ops/ops.js")
+    directives = {
+        name: value
+        for name, _, value in (
+            d.strip().partition(" ") for d in page.headers["content-security-policy"].split(";")
+        )
+    }
+    assert directives["default-src"] == "'none'"
+    assert directives["script-src"] == "'self'" and directives["connect-src"] == "'self'"
+    assert directives["form-action"] == "'none'" and directives["base-uri"] == "'none'"
+    assert script.headers["x-content-type-options"] == "nosniff"
+
+
 async def test_an_unhandled_error_is_logged_by_class_and_route_without_its_text(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

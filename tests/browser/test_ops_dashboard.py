@@ -114,3 +114,52 @@ async def test_the_dashboard_charts_engagement_rates_per_template_without_outsid
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 2_000
         assert errors == []
         assert hosts == {urlsplit(api.url).netloc}  # no CDN, no third-party request
+
+
+# What a tenant may put in the values the dashboard shows: its event ids (any text) and, through a
+# provider's answer, an error message.
+MARKUP_EVENT = '<img src=x onerror="window.__ran = (window.__ran || 0) + 1">'
+MARKUP_MESSAGE = "<script>window.__ran = 1</script><b>bold</b>"
+
+
+async def test_tenant_markup_is_shown_as_text_and_no_injected_script_can_run(
+    api: ApiServer, client: httpx.AsyncClient, tenant: TenantInfo, engine: object
+) -> None:
+    import sqlalchemy as sa
+
+    recent = await client.post(
+        "/v1/notifications", json=email_send(event_id=MARKUP_EVENT, send_at=held_back())
+    )
+    failed = (await client.post("/v1/notifications", json=email_send(send_at=held_back()))).json()["id"]
+    async with engine.begin() as conn:  # type: ignore[attr-defined]
+        await conn.execute(
+            sa.text(
+                "UPDATE notifications SET status = 'failed', error_code = 'x', error_message = :m WHERE id = :id"
+            ),
+            {"id": failed, "m": MARKUP_MESSAGE},
+        )
+    async with browser_page() as (page, errors):
+        blocked: list[str] = []
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        await page.goto(f"{api.url}/ops?interval_ms=500")
+        await page.fill("#api-key", tenant.key)
+        await page.click("#sign-in")
+        await expect(page.locator(f'#recent tr[data-id="{recent.json()["id"]}"]')).to_contain_text(
+            MARKUP_EVENT
+        )
+        await expect(page.locator(f'#failures tr[data-id="{failed}"]')).to_contain_text(MARKUP_MESSAGE)
+        assert await page.locator("#recent img, #failures script, #failures b").count() == 0
+        assert blocked == [] and errors == []  # the page's own scripts and requests all run
+
+        # Were a value ever to reach the DOM as HTML, the page's policy still runs none of it: the
+        # image's own onerror (an inline handler) would have run before this listener.
+        ran = await page.evaluate(
+            """(markup) => new Promise((done) => {
+                 const box = document.createElement("div");
+                 box.innerHTML = markup;
+                 box.querySelector("img").addEventListener("error", () => done(window.__ran ?? null));
+                 document.body.append(box);
+               })""",
+            MARKUP_EVENT,
+        )
+        assert ran is None
