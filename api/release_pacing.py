@@ -16,9 +16,8 @@ For each tenant among a relay pass's due ``scheduled`` rows, oldest first:
   tenant's held rows in the next ``HOLD_AHEAD``. (A first version started every pass's holds at
   "now": 100,000 rows of one tenant shared the first pass's slots and came due together again
   and again, 2.5 M holds in all, and another tenant's 120 sends due at the same instant waited
-  85-144 s behind them; a helper's review, 2026-11-28.) A hold is at most ``HOLD_AHEAD`` long
-  (``LOOK_FAR`` when the row's slot is further than that): the row is then looked at again,
-  under the rules then in force. The row stays ``scheduled``;
+  85-144 s behind them; a helper's review, 2026-11-28.) A hold is at most ``HOLD_AHEAD`` long:
+  the row is then looked at again, under the rules then in force. The row stays ``scheduled``;
   its history gains one entry naming the rule (not one per move);
 - one whose slot is past `core.horizon.MAX_WAIT` after its ``send_at`` ends ``throttled`` at
   once, naming the rule, as a worker's hold past the horizon does (a rule loosened later does
@@ -57,24 +56,20 @@ from clarion.rules import RulesCache, RuleSpec
 from core.horizon import MAX_WAIT
 from core.ratelimit import RateLimiter
 
-# A row whose turn is within LOOK_FAR is held at most HOLD_AHEAD ahead, then looked at again: a
-# rule the tenant loosens or deletes reaches it within 5 minutes, instead of at the slot the old
-# rule gave it. A row whose turn is further is looked at again LOOK_FAR ahead: a change reaches it
-# within the hour, and it costs an update an hour rather than one every 5 minutes. The cost is the
-# held rows beyond the hour / 3,600 plus those within it / 300 updates a second (100,000 rows
-# behind a rule of one a minute: ~28; ~330 with the 5-minute look only). `python -m
-# bench.release_queue`, 3,000 rows behind one a minute: 300.3 -> 37.7 updates a row; 10,000 (a
-# week): 1,000 -> 109; the order and the loosened rule's finish unchanged. A row whose slot is past
-# its horizon is throttled at once, not moved for a month (a hostile probe: a tenant adding a rule
-# of one a month over its banked sends made each one ~8,640 updates). Looking again half-way was
-# tried (c4ff726, and again in bench.release_queue: 216 updates a row, 1,288 rows out of order,
-# one 40 h past its place) and undone: a row looked at again lost its place in the queue. So was
-# parking a row until shortly before its real turn with a look again on rule changes (99d7ce0,
-# 2.0 updates a row): its queue's end lived in the relay's memory, and a review found a cancelled
-# backlog still delaying the tenant's later sends by up to 30 days, a rule change lost to a relay
-# restart, two relays at 34 updates a row, and the look again scanning 5-8 s.
+# A row is held at most this far ahead, then looked at again: a rule the tenant loosens or
+# deletes reaches its held rows within it, instead of at the slots the old rule gave them. The
+# cost is one more update of each row held further, every HOLD_AHEAD (the held rows / 300 a
+# second; 100,000 rows behind a rule of one a minute: ~330). A row whose slot is past its
+# horizon is throttled at once, not moved every 5 minutes for a month (a hostile probe: a tenant
+# adding a rule of one a month over its banked sends made each one ~8,640 updates). Looking
+# again half-way was tried (c4ff726) and undone: a row looked at again lost its place in the
+# queue and was moved every few minutes anyway, out of order (a review's simulation: 141 moves a
+# row on average for 300 rows at one an hour). So was parking a row until shortly before its real
+# turn with a look again on rule changes (99d7ce0, 2.0 updates a row instead of 300 in
+# `python -m bench.release_queue`): its queue's end lived in the relay's memory, and a review found
+# a cancelled backlog still delaying the tenant's later sends by up to 30 days, a rule change lost
+# to a relay restart, two relays at 34 updates a row, and the look again scanning 5-8 s.
 HOLD_AHEAD = timedelta(minutes=5)
-LOOK_FAR = timedelta(hours=1)  # see above
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +167,7 @@ class ReleasePacing:
             for k, row in enumerate(waiting, start=1):
                 after_s, rule = grant.slot(k)
                 slot_s = (after_s or k * floor_s) + shift
-                at = now + timedelta(seconds=min(slot_s, _look_again_s(slot_s)))
+                at = now + timedelta(seconds=min(slot_s, HOLD_AHEAD.total_seconds()))
                 held = Hold(row, (at - now).total_seconds(), rule)
                 if now + timedelta(seconds=slot_s) > row.due_at + MAX_WAIT:  # its slot is past its horizon
                     throttle.append(held)
@@ -195,10 +190,3 @@ class ReleasePacing:
         waits = {h.row.id for h in (*hold, *throttle)}
         spent = frozenset(h.row.tenant_id for h in (*hold, *throttle))
         return ReleasePlan(tuple(r for r in rows if r.id not in waits), tuple(hold), tuple(throttle), spent)
-
-
-def _look_again_s(slot_s: float) -> float:
-    """How far ahead a row whose turn is ``slot_s`` away is looked at again."""
-    if slot_s <= LOOK_FAR.total_seconds():
-        return HOLD_AHEAD.total_seconds()
-    return LOOK_FAR.total_seconds()

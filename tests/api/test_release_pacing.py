@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from api.ingress import tenant_key
-from api.release_pacing import HOLD_AHEAD, LOOK_FAR, DueRow, ReleasePacing
+from api.release_pacing import HOLD_AHEAD, DueRow, ReleasePacing
 from clarion.rules import RulesCache
 from core.horizon import MAX_WAIT
 from core.ratelimit_memory import MemoryRateLimiter
@@ -107,14 +107,6 @@ async def test_a_hold_is_at_most_hold_ahead_away_so_a_rule_changed_later_reaches
     assert len(plan.release) == 1
     ahead = HOLD_AHEAD.total_seconds()
     assert [h.after_s for h in plan.hold] == pytest.approx([120, 240, ahead, ahead])
-
-
-async def test_a_turn_past_look_far_is_looked_at_again_look_far_ahead() -> None:
-    """Looked at again every 5 minutes, 3,000 rows behind one a minute cost 300 updates a row
-    (`python -m bench.release_queue`); beyond the hour, one an hour."""
-    plan = await pacing(tenant_rule(limit=1, period_s=1_800.0)).plan(due(n=5))  # one every 30 minutes
-    ahead, far = HOLD_AHEAD.total_seconds(), LOOK_FAR.total_seconds()
-    assert [h.after_s for h in plan.hold] == pytest.approx([ahead, ahead, far, far])  # 30, 60, 90, 120 min
 
 
 async def test_a_hold_past_the_horizon_after_send_at_ends_throttled_only_at_its_horizon() -> None:
