@@ -11,8 +11,8 @@ turn; past that, ``RenderDeferred``: the pipeline holds them (``delayed``) for a
 instead of keeping everyone else's outcomes, and the next batch, waiting for them. Before, 53
 sends of one tenant with legal 140 ms templates, due at once, held a batch for 22 s, and another
 tenant's SMS sent a second later took 23 s instead of 0.9 s (a helper's probe, 2026-11-28). The
-deferred come back one render apart, at the pace the tenant's renders held the turn here (at
-least a second), so a backlog is not claimed and recorded again and again. The wait is bounded in
+deferred are booked one render apart after the tenant's last deferred one, at the pace its renders
+hold the turn here, so a backlog is not claimed and recorded again and again. The wait is bounded in
 a turn of the worker's own around the renderer's, whose turns wait without bound when
 ``cpu_share`` is off, as it is here.
 """
@@ -35,6 +35,8 @@ Source = tuple[str | None, str, str | None, bool | None]  # subject (or push tit
 
 TURN_WAIT_S = 2.0
 MIN_DEFER_S = 1.0
+MAX_DEFER_S = 300.0
+RENDER_PACE_CAP_S = 0.25  # a render's CPU limit is 200 ms (core/render_limits.py)
 
 
 class RenderDeferred(Exception):
@@ -50,8 +52,7 @@ class _Turn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.waiting = 0
-        self.deferred = 0  # while anyone waits: the deferrals so far, each a render later than the last
-        self.render_s = 0.0  # how long the tenant's last render held the turn
+        self.render_s = 0.0  # how long the tenant's renders hold the turn, smoothed and capped
 
 
 class Content:
@@ -71,6 +72,7 @@ class Content:
         self.turn_wait_s = turn_wait_s
         self._templates: dict[tuple[str, str, str, str | None, int | None], Source] = {}
         self._turns: dict[str, _Turn] = {}
+        self._booked: dict[str, float] = {}  # tenant -> when its last deferred render is booked for
 
     async def render(self, n: ClaimedNotification) -> RenderedContent:
         """The rendered content; raises ``RenderError`` (also when the template is gone), or
@@ -98,16 +100,30 @@ class Content:
                 async with asyncio.timeout(self.turn_wait_s):
                     await turn.lock.acquire()
             except TimeoutError:
-                # Deferred one render apart, at the tenant's pace here: deferred all alike, a
-                # backlog came back together and most of it was deferred again, each time a claim
-                # and a record of every row on the shared database.
-                turn.deferred += 1
-                raise RenderDeferred(tenant, max(MIN_DEFER_S, turn.deferred * turn.render_s)) from None
+                # Booked one render after the tenant's last deferred one (at least MIN_DEFER_S
+                # from now, the bookings at most MAX_DEFER_S ahead). Deferred all alike (1 s), a
+                # backlog came back together and was deferred again and again, each time a claim
+                # and a record of the row on the shared database; spaced by the deferrals made
+                # so far, two lanes' overlapping batches drifted hours out (two reviews). A
+                # review's simulation (1,000 rows of 140 ms renders due at once, batches of 500):
+                # 19.7 claims a row deferred alike, 6.8 by deferrals made, 2.2 booked; 4,000
+                # rows: 3,891 and 3,799 sent in 1,200 s, all 4,000 booked in 746 s.
+                now = time.monotonic()
+                last = min(self._booked.get(tenant, now), now + MAX_DEFER_S)
+                booked = max(last, now + MIN_DEFER_S) + turn.render_s
+                self._booked[tenant] = booked
+                if len(self._booked) > 10_000:  # bookings passed hold nothing
+                    self._booked = {t: at for t, at in self._booked.items() if at > now}
+                raise RenderDeferred(tenant, min(MAX_DEFER_S, booked - now)) from None
             started = time.monotonic()
             try:
                 yield
             finally:
-                turn.render_s = time.monotonic() - started
+                # Wall time, which a render waiting for a thread or the box stretches: capped at
+                # what one render may spend (a review: one 1.2 s wait made every later deferral of
+                # the batch ~10x too long when only the last render counted).
+                held_s = min(time.monotonic() - started, RENDER_PACE_CAP_S)
+                turn.render_s = held_s if not turn.render_s else 0.8 * turn.render_s + 0.2 * held_s
                 turn.lock.release()
         finally:
             turn.waiting -= 1

@@ -15,7 +15,7 @@ import pytest
 
 from core.render import RenderedContent
 from tests.workers.test_isolation import build, by_event, row
-from workers.content import Content, RenderDeferred
+from workers.content import MAX_DEFER_S, Content, RenderDeferred
 from workers.recipients import Address
 
 
@@ -70,7 +70,7 @@ async def test_a_tenants_notifications_waiting_for_its_turn_are_deferred_and_the
     assert sorted(m.to for m in provider.sent) == ["+14155550000", "+14155550003"]
 
 
-async def test_deferrals_come_back_one_render_apart_at_the_tenants_pace() -> None:
+async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> None:
     """Deferred alike (1 s), a backlog came back together and was mostly deferred again: a claim
     and a record of each row on the shared database every cycle."""
     renderer = HeldRenderer()
@@ -85,4 +85,24 @@ async def test_deferrals_come_back_one_render_apart_at_the_tenants_pace() -> Non
         waits.append(deferred.value.after_s)
     renderer.release.set()
     await holding
-    assert waits == pytest.approx([1.0, 1.0, 1.2, 1.6, 2.0])
+    # Booked one render after the last (a second from now at the soonest), not all alike at 1 s.
+    assert waits == pytest.approx([1.4, 1.8, 2.2, 2.6, 3.0], abs=0.05)
+    assert content._turns == {}  # nobody waits: nothing kept
+
+
+async def test_bookings_stay_within_max_defer_s_however_many_were_deferred() -> None:
+    """Spaced by the deferrals made, two lanes' overlapping batches drifted out for hours (a
+    review: 2,253 s, rows still unsent after 600 s)."""
+    renderer = HeldRenderer()
+    content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
+    holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
+    await renderer.entered.wait()
+    content._turns["t-b"].render_s = 100.0  # as if each render took 100 s: the bookings pass 300 s
+    waits = []
+    for i in range(1, 6):
+        with pytest.raises(RenderDeferred) as deferred:
+            await content.render(row(f"b-{i}", tenant_id="t-b"))
+        waits.append(deferred.value.after_s)
+    assert waits == pytest.approx([101, 201, MAX_DEFER_S, MAX_DEFER_S, MAX_DEFER_S], abs=0.5)
+    renderer.release.set()
+    await holding
