@@ -92,10 +92,7 @@ class FramingLimitedProtocol(HeadLimitedProtocol):
             self._refused = True
             raise _FramingTooLarge
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._in_head:
-            super().on_header(name, value)
-            return
+    def on_trailer(self, name: bytes, value: bytes) -> None:
         # A trailer: counted and dropped. uvicorn appended it to the request's headers, which the
         # app reads once it runs, often after the whole body was parsed: a trailer could add a
         # header (an ``Authorization``, a ``traceparent``) that a proxy in front never saw.

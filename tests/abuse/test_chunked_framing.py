@@ -52,8 +52,21 @@ async def _refused_framing(api: ApiServer, key: str, framing: bytes) -> None:
 
 
 async def test_trailers_past_the_limit_are_refused(framed_api: ApiServer, tenant: TenantInfo) -> None:
-    trailers = b"x-t: v\r\n" * (MAX_TRAILER_BYTES // 2)  # 4 bytes of name and value each: twice the limit
-    await _refused_framing(framed_api, tenant.key, b"1\r\n{\r\n0\r\n" + trailers)
+    trailers = b"x-t: " + b"v" * 4_000 + b"\r\n"  # ten of them, past the trailers' bytes
+    assert 10 * 4_000 > MAX_TRAILER_BYTES
+    await _refused_framing(framed_api, tenant.key, b"1\r\n{\r\n0\r\n" + trailers * 10)
+
+
+async def test_many_small_trailers_count_as_header_fields(framed_api: ApiServer, tenant: TenantInfo) -> None:
+    """Each trailer is a Python call too: 4,096 of 4 bytes fit the trailers' bytes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", framed_api.settings.api_port)
+    writer.write(
+        b"POST /v1/notifications HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"1\r\n{\r\n0\r\n" + b"x-t: v\r\n" * 4_096
+    )
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 431 ") and b"headers_too_large" in answer, answer[:200]
 
 
 async def test_chunks_past_the_limit_are_refused(framed_api: ApiServer, tenant: TenantInfo) -> None:
