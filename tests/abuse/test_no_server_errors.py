@@ -65,6 +65,16 @@ async def test_deeply_nested_data_is_a_4xx_alone_and_in_a_batch(
         assert response.json()["error"]["code"] == "malformed_json"
 
 
+async def test_a_batch_item_holding_more_values_than_a_send_can_is_refused_alone(
+    client: httpx.AsyncClient,
+) -> None:
+    items = [email_send(), email_send(data={"order_id": "1", "n": [0] * 100_000})]
+    response = await client.post("/v1/notifications/batch", json={"notifications": items})
+    assert response.status_code == 202, response.text
+    results = response.json()["results"]
+    assert results[0]["error"] is None and "more than 32,768 values" in results[1]["error"]["message"]
+
+
 async def test_a_refused_body_nested_100000_deep_is_counted_without_a_500(client: httpx.AsyncClient) -> None:
     body = "[" * 100_000 + "]" * 100_000
     response = await client.post(
