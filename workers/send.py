@@ -49,7 +49,7 @@ class Sender:
     breakers: Breakers | None = None
     unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None
     # e.g. adaptive pacing slows down on a 429
-    on_provider_error: Callable[[ProviderError, str], None] | None = None
+    on_provider_error: Callable[[ProviderError], None] | None = None
     # what Clarion adds to a push's data (the device's event token)
     push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None
 
@@ -105,7 +105,7 @@ class Sender:
             except ProviderError as exc:
                 calls.errors.append(exc)
                 if self.on_provider_error is not None:
-                    self.on_provider_error(exc, message.to)
+                    self.on_provider_error(exc)
                 if isinstance(exc, InvalidRecipient) and address.platform is not None:
                     await deactivate_device(
                         pool=self.pool,
@@ -139,7 +139,7 @@ class Sender:
                 if isinstance(exc, TransientProviderError):
                     calls.errors.append(exc)
                     if self.on_provider_error is not None:
-                        self.on_provider_error(exc, message.to)
+                        self.on_provider_error(exc)
                 log.info(
                     "%s unavailable (%s); failing over to %s",
                     provider.name,

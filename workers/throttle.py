@@ -117,11 +117,6 @@ class AdaptivePacing:
     A provider ``429`` halves the factor (at most once per ``cooldown_s``, so one burst of
     rejections counts once); every ``quiet_interval_s`` without a 429 adds ``step`` back, up to 1.
     Each process adapts to what its own calls see.
-
-    When the caller names the recipient, 429s slow the provider only once ``recipients`` distinct
-    ones were refused within ``quiet_interval_s``: FCM answers ``429 QUOTA_EXCEEDED`` for its
-    project's quota and for one device pushed to more than 240 times a minute alike, and one
-    tenant's pushes to one of its devices halved every tenant's FCM pace, down to a sixteenth.
     """
 
     decrease: float = 0.5
@@ -130,11 +125,8 @@ class AdaptivePacing:
     cooldown_s: float = 1.0
     min_factor: float = 1 / 16
     clock: Callable[[], float] = time.monotonic
-    recipients: int = 3
     # provider -> (factor at last 429, its time)
     _state: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
-    # provider -> recipient -> when the provider last refused it with a 429
-    _refused: dict[str, dict[str, float]] = field(default_factory=dict, init=False)
 
     def factor(self, provider: str) -> float:
         """The current rate factor for ``provider`` (1.0: the rules' nominal pace)."""
@@ -148,31 +140,18 @@ class AdaptivePacing:
             return 1.0
         return recovered
 
-    def on_provider_error(self, error: ProviderError, recipient: str | None = None) -> None:
+    def on_provider_error(self, error: ProviderError) -> None:
         """Slow the provider down when it answered 429 (the pipeline's ``on_provider_error`` hook);
         not for a 429 about one recipient (``RecipientThrottled``): the provider's pace is fine."""
         if error.http_status != 429 or isinstance(error, RecipientThrottled):
             return
         now = self.clock()
-        if recipient is not None and not self._several_refused(error.provider, recipient, now):
-            return
         state = self._state.get(error.provider)
         if state is not None and now - state[1] < self.cooldown_s:
             return
         factor = max(self.min_factor, self.factor(error.provider) * self.decrease)
         self._state[error.provider] = (factor, now)
         metrics.PACING_FACTOR.labels(error.provider).set(factor)
-
-    def _several_refused(self, provider: str, recipient: str, now: float) -> bool:
-        """Note that ``provider`` refused ``recipient``; whether ``recipients`` distinct ones were
-        refused within ``quiet_interval_s``."""
-        horizon = now - self.quiet_interval_s
-        refused = self._refused.setdefault(provider, {})
-        refused[recipient] = now
-        if len(refused) > 4 * self.recipients:  # only the recent ones count
-            for old in [r for r, at in refused.items() if at < horizon]:
-                del refused[old]
-        return sum(at >= horizon for at in refused.values()) >= self.recipients
 
 
 class ThrottleGate:

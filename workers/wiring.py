@@ -30,7 +30,7 @@ class Steps:
     screens: list[Screen] = field(default_factory=list)
     gates: list[Gate] = field(default_factory=list)
     unsubscribe_url: Callable[[ClaimedNotification], str | None] | None = None
-    on_provider_error: Callable[[ProviderError, str], None] | None = None
+    on_provider_error: Callable[[ProviderError], None] | None = None
     push_data: Callable[[ClaimedNotification], dict[str, str]] | None = None
     email_tracking: EmailTracking | None = None
 

@@ -151,7 +151,7 @@ async def test_an_exception_after_a_provider_accepted_still_records_the_send(
     """The first device is sent to; the second's refusal reaches a hook that raises. The call that
     happened is recorded (``sent``, its attempt row), never dropped to be made again."""
 
-    def broken_hook(error: ProviderError, recipient: str) -> None:
+    def broken_hook(error: ProviderError) -> None:
         raise RuntimeError("the pacing hook broke")
 
     target = row("n-1", channel=Channel.push)

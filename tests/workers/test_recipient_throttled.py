@@ -124,11 +124,3 @@ async def test_one_devices_transient_failures_count_twice_on_the_breaker_whoever
     assert s.breakers is not None and s.breakers.snapshot() == {"fcm-like": "closed"}
     other = await push(s, "tenant-a", "a" * 64)
     assert other.opened == [] and [r.provider_message_id for r in other.results] == ["m-1"]
-
-
-async def test_one_devices_429s_do_not_slow_the_providers_pacing_whoever_sends() -> None:
-    pacing = AdaptivePacing()
-    s = sender(OneDeviceOverQuota(), on_provider_error=pacing.on_provider_error)
-    for _ in range(10):
-        await push(s, "tenant-b", BUSY_DEVICE)
-    assert pacing.factor("fcm-like") == 1.0

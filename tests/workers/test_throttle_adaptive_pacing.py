@@ -47,24 +47,3 @@ def test_a_pacing_factor_that_would_leave_the_limits_keeps_the_nominal_pace() ->
     assert _paced(longest, 1 / 16) == longest.to_rule()
     minute = RuleSpec(**rule_row(scope="provider", provider="sandbox", limit=1, period_s=60.0))
     assert _paced(minute, 1 / 16).period_s == 960.0
-
-
-def test_429s_for_one_recipient_never_slow_the_provider_three_recipients_do() -> None:
-    """FCM's QUOTA_EXCEEDED stands for one device's 240 a minute too: one tenant's pushes to one
-    of its devices halved every tenant's FCM pace, down to a sixteenth (a helper's probe)."""
-    clock = [0.0]
-    pacing = AdaptivePacing(quiet_interval_s=5.0, cooldown_s=1.0, clock=lambda: clock[0])
-    over = TransientProviderError("quota", provider="fcm", code="QUOTA_EXCEEDED", http_status=429)
-    for second in range(30):
-        clock[0] = float(second)
-        pacing.on_provider_error(over, "device-1")
-    assert pacing.factor("fcm") == 1.0
-    pacing.on_provider_error(over, "device-2")
-    assert pacing.factor("fcm") == 1.0  # two within 5 s
-    clock[0] = 40.0  # device-1 and device-2 were refused more than 5 s ago: they no longer count
-    pacing.on_provider_error(over, "device-3")
-    assert pacing.factor("fcm") == 1.0
-    clock[0] = 41.0
-    pacing.on_provider_error(over, "device-4")
-    pacing.on_provider_error(over, "device-5")
-    assert pacing.factor("fcm") == 0.5  # three distinct recipients in 5 s: the provider is busy
