@@ -5,12 +5,7 @@ States, per provider name:
 - ``closed``: calls go through. Every call's result enters a rolling window of ``window_s``; once
   the window holds at least ``min_calls`` calls and the share of transient failures reaches
   ``failure_rate``, the breaker opens. Permanent errors and invalid recipients are answers from a
-  working provider: they count as calls, not as failures. One recipient's failures count at most
-  ``RECIPIENT_FAILURES`` times in the window; the rest are left out (neither calls nor failures):
-  a provider refusing one recipient again and again (FCM's ``QUOTA_EXCEEDED``, which stands for
-  the project's quota and for one device's 240 a minute alike) says little about the provider.
-  Before, one tenant pushing too often to one of its devices opened the FCM breaker, and another
-  tenant's 20 pushes were all still ``retrying`` 121 s later (a helper's probe, 2026-11-28).
+  working provider: they count as calls, not as failures.
 - ``open``: no call is attempted for ``cool_down_s``. The pipeline reschedules the notification
   (``retrying``, ``not_before`` = the reopen time) without consuming one of its attempts.
 - ``half_open``: after the cool-down exactly one probe call goes through; the others wait. The
@@ -27,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 import weakref
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -35,7 +30,6 @@ from clarion import metrics
 from clarion.retry_settings import BreakerSettings
 
 CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
-RECIPIENT_FAILURES = 2  # of one recipient in the window: an outage fails many recipients
 _GAUGE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
 
 
@@ -65,9 +59,8 @@ class CircuitBreaker:
         self.settings = settings
         self._clock = clock
         self._export = export
-        self._calls: deque[tuple[float, bool, str | None]] = deque()  # (time, failed, recipient)
+        self._calls: deque[tuple[float, bool]] = deque()
         self._failures = 0  # failed calls in ``_calls``, kept as calls come and go (O(1) a call)
-        self._failed_recipients: Counter[str] = Counter()  # failures in ``_calls`` by recipient
         self._state = CLOSED
         self._opened_at = 0.0
         self._probing = False
@@ -96,9 +89,8 @@ class CircuitBreaker:
             wait_s = min(self.settings.cool_down_s, 2.0) * random.uniform(0.5, 1.0)
         raise CircuitOpen(self.provider, datetime.now(UTC) + timedelta(seconds=max(wait_s, 0.0)))
 
-    def record(self, *, failed: bool, recipient: str | None = None) -> None:
-        """Count one finished call; ``failed`` for transient failures only, of ``recipient`` when
-        the caller knows it (counted at most ``RECIPIENT_FAILURES`` times in the window)."""
+    def record(self, *, failed: bool) -> None:
+        """Count one finished call; ``failed`` for transient failures only."""
         now = self._clock()
         if self._probing or self._state == HALF_OPEN:
             self._probing = False
@@ -110,20 +102,11 @@ class CircuitBreaker:
             return
         if self._state == OPEN:
             return  # a call that started before the breaker opened
+        self._calls.append((now, failed))
+        self._failures += failed
         horizon = now - self.settings.window_s
         while self._calls and self._calls[0][0] < horizon:
-            _, gone, of = self._calls.popleft()
-            self._failures -= gone
-            if gone and of is not None:
-                self._failed_recipients[of] -= 1
-                if not self._failed_recipients[of]:
-                    del self._failed_recipients[of]
-        if failed and recipient is not None:
-            if self._failed_recipients[recipient] >= RECIPIENT_FAILURES:
-                return
-            self._failed_recipients[recipient] += 1
-        self._calls.append((now, failed, recipient if failed else None))
-        self._failures += failed
+            self._failures -= self._calls.popleft()[1]
         if (
             len(self._calls) >= self.settings.min_calls
             and self._failures / len(self._calls) >= self.settings.failure_rate
@@ -138,7 +121,6 @@ class CircuitBreaker:
     def _forget_calls(self) -> None:
         self._calls.clear()
         self._failures = 0
-        self._failed_recipients.clear()
 
     def _set(self, state: str) -> None:
         self._state = state

@@ -212,8 +212,7 @@ def _attempt_recorder(
         if breaker is not None:
             breaker.record(
                 failed=error is not None
-                and not isinstance(error, PermanentProviderError | RecipientThrottled),
-                recipient=message.to,
+                and not isinstance(error, PermanentProviderError | RecipientThrottled)
             )
 
     return on_attempt

@@ -104,37 +104,3 @@ def test_breaker_states_report_every_provider_of_the_process() -> None:
     states = breaker_states()
     assert states["p-states-a"] == "open" and states["p-states-b"] == "closed"
     assert Breakers(BreakerSettings(enabled=False)).for_provider("x") is None
-
-
-def test_one_recipients_failures_count_at_most_twice_in_the_window() -> None:
-    """FCM's QUOTA_EXCEEDED for one device pushed to too often opened the FCM breaker for every
-    tenant (a helper's probe: another tenant's 20 pushes all still retrying 121 s later)."""
-    clock = Clock()
-    breaker = CircuitBreaker("p-one-device", SETTINGS, clock=clock)
-    for other in ("a", "b", "c"):
-        breaker.record(failed=False, recipient=other)
-    for _ in range(100):
-        breaker.record(failed=True, recipient="device-1")
-    assert breaker.state == "closed"  # 2 failures of 5 calls: the other 98 are left out
-    breaker.record(failed=True, recipient="device-2")
-    assert breaker.state == "open"  # 3 of 6: another recipient's failure counts
-
-
-def test_a_recipients_failures_count_again_once_the_window_has_passed() -> None:
-    clock = Clock()
-    breaker = CircuitBreaker("p-device-window", SETTINGS, clock=clock)
-    for _ in range(3):
-        breaker.record(failed=True, recipient="device-1")
-    clock.now_s += 11
-    for other in ("a", "b"):
-        breaker.record(failed=False, recipient=other)
-    breaker.record(failed=True, recipient="device-1")
-    breaker.record(failed=True, recipient="device-1")
-    assert breaker.state == "open"  # 2 of 4, both of device-1, in the new window
-
-
-def test_failures_of_distinct_recipients_open_the_breaker_as_before() -> None:
-    breaker = CircuitBreaker("p-outage", SETTINGS, clock=Clock())
-    for i in range(SETTINGS.min_calls):
-        breaker.record(failed=True, recipient=f"device-{i}")
-    assert breaker.state == "open"

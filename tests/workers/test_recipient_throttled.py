@@ -14,7 +14,7 @@ import uuid
 from clarion.retry_settings import BreakerSettings
 from core.render import RenderedContent
 from providers.base import RenderedMessage, SendResult
-from providers.errors import RecipientThrottled, TransientProviderError
+from providers.errors import RecipientThrottled
 from providers.registry import ProviderSet
 from schema.enums import Channel
 from tests.fixtures.claimed import claimed
@@ -94,33 +94,3 @@ async def test_one_tenants_pushes_to_a_throttled_device_do_not_slow_the_provider
     await push(s, "tenant-b", BUSY_DEVICE)
 
     assert pacing.factor("apns-like") == 1.0
-
-
-class OneDeviceOverQuota(OneDeviceBusy):
-    """FCM as it answers a flood to one device: 429 QUOTA_EXCEEDED, a plain transient error (the
-    same code stands for the project's quota, so the adapter cannot say it is about one device)."""
-
-    name = "fcm-like"
-
-    async def send(self, message: RenderedMessage) -> SendResult:
-        if message.to == BUSY_DEVICE:
-            raise TransientProviderError(
-                "FCM refused the push: 429 QUOTA_EXCEEDED",
-                provider=self.name,
-                code="QUOTA_EXCEEDED",
-                http_status=429,
-            )
-        return await super().send(message)
-
-
-async def test_one_devices_transient_failures_count_twice_on_the_breaker_whoever_sends() -> None:
-    """Before, these 30 calls opened the FCM breaker (a helper's probe: another tenant's 20 pushes
-    all still retrying 121 s later)."""
-    provider = OneDeviceOverQuota()
-    s = sender(provider)
-    for _ in range(10):
-        refused = await push(s, "tenant-b", BUSY_DEVICE)
-        assert [e.code for e in refused.errors] == ["QUOTA_EXCEEDED"]
-    assert s.breakers is not None and s.breakers.snapshot() == {"fcm-like": "closed"}
-    other = await push(s, "tenant-a", "a" * 64)
-    assert other.opened == [] and [r.provider_message_id for r in other.results] == ["m-1"]
