@@ -29,10 +29,11 @@ import json
 from typing import Any
 
 from api.errors import MAX_HEADER_BYTES
-from api.head_limit import HeadLimitedProtocol
+from api.head_limit import MAX_HEADER_COUNT, HeadLimitedProtocol
 
 MAX_CHUNKS = 4096
 MAX_TRAILER_BYTES = MAX_HEADER_BYTES
+MAX_TRAILER_FIELDS = MAX_HEADER_COUNT
 # Framing is measured by the socket read, which may hold the next request's head too (uvloop reads
 # up to 256 KiB at a time): the limit leaves room for one such read.
 MAX_FRAMING_BYTES = 512 * 1024
@@ -70,6 +71,7 @@ class FramingLimitedProtocol(HeadLimitedProtocol):
     def _reset_framing(self) -> None:
         self._chunks = 0
         self._trailer_bytes = 0
+        self._trailer_fields = 0
         self._after_head = 0  # bytes of the socket reads that began after this request's head
         self._body_bytes = 0
         self._refused = False
@@ -97,7 +99,8 @@ class FramingLimitedProtocol(HeadLimitedProtocol):
         # app reads once it runs, often after the whole body was parsed: a trailer could add a
         # header (an ``Authorization``, a ``traceparent``) that a proxy in front never saw.
         self._trailer_bytes += len(name) + len(value)
-        if self._trailer_bytes > MAX_TRAILER_BYTES:
+        self._trailer_fields += 1  # each a Python call: 4,096 of 4 bytes fit the bytes' bound
+        if self._trailer_bytes > MAX_TRAILER_BYTES or self._trailer_fields > MAX_TRAILER_FIELDS:
             self._refused = True
             raise _FramingTooLarge
 

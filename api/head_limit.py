@@ -117,13 +117,13 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         # Called for every header of every request: one frame over uvicorn's, trailers included
         # (`http_floor --protocol clarion`: two levels of override took ~6 us a request).
-        self._header_count += 1  # trailers too: each is a Python call as well
+        if not self._in_head:
+            self.on_trailer(name, value)
+            return
+        self._header_count += 1
         if self._header_count > MAX_HEADER_COUNT:
             raise _TooManyHeaders  # httptools stops parsing there: a 431 through send_400_response
-        if self._in_head:
-            super().on_header(name, value)
-        else:
-            self.on_trailer(name, value)
+        super().on_header(name, value)
 
     def on_trailer(self, name: bytes, value: bytes) -> None:
         """A field after a chunked body: uvicorn adds it to the request's headers."""

@@ -57,16 +57,22 @@ async def test_trailers_past_the_limit_are_refused(framed_api: ApiServer, tenant
     await _refused_framing(framed_api, tenant.key, b"1\r\n{\r\n0\r\n" + trailers * 10)
 
 
-async def test_many_small_trailers_count_as_header_fields(framed_api: ApiServer, tenant: TenantInfo) -> None:
-    """Each trailer is a Python call too: 4,096 of 4 bytes fit the trailers' bytes."""
+async def test_many_small_trailers_are_refused_past_100_fields(
+    framed_api: ApiServer, tenant: TenantInfo
+) -> None:
+    """Each trailer is a Python call too: 4,096 of 4 bytes fit the trailers' bytes. Refused as the
+    framing is, after the route's answer (a 401 here): no second response on the connection (a
+    review: counted with the head's fields, a 431 followed the 401)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", framed_api.settings.api_port)
     writer.write(
         b"POST /v1/notifications HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"1\r\n{\r\n0\r\n" + b"x-t: v\r\n" * 4_096
+        b"1\r\n{\r\n0\r\n" + b"x-t: v\r\n" * 4_096 + b"\r\n"
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"  # never read: the connection is closed
     )
     answer = await asyncio.wait_for(reader.read(), 10)
     writer.close()
-    assert answer.startswith(b"HTTP/1.1 431 ") and b"headers_too_large" in answer, answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1, answer[:400]
+    assert answer.startswith((b"HTTP/1.1 401 ", b"HTTP/1.1 413 ")), answer[:200]
 
 
 async def test_chunks_past_the_limit_are_refused(framed_api: ApiServer, tenant: TenantInfo) -> None:
