@@ -52,7 +52,6 @@ class _Turn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.waiting = 0
-        self.render_s = 0.0  # how long the tenant's renders hold the turn, smoothed and capped
 
 
 class Content:
@@ -73,6 +72,10 @@ class Content:
         self._templates: dict[tuple[str, str, str, str | None, int | None], Source] = {}
         self._turns: dict[str, _Turn] = {}
         self._booked: dict[str, float] = {}  # tenant -> when its last deferred render is booked for
+        # tenant -> how long its renders hold the turn, smoothed and capped; kept between batches
+        # (a review: learnt per batch, a backlog whose first render held the turn came back all at
+        # once), and the cap until one was timed
+        self._pace: dict[str, float] = {}
 
     async def render(self, n: ClaimedNotification) -> RenderedContent:
         """The rendered content; raises ``RenderError`` (also when the template is gone), or
@@ -110,7 +113,7 @@ class Content:
                 # rows: 3,891 and 3,799 sent in 1,200 s, all 4,000 booked in 746 s.
                 now = time.monotonic()
                 last = min(self._booked.get(tenant, now), now + MAX_DEFER_S)
-                booked = max(last, now + MIN_DEFER_S) + turn.render_s
+                booked = max(last, now + MIN_DEFER_S) + self._pace.get(tenant, RENDER_PACE_CAP_S)
                 self._booked[tenant] = booked
                 if len(self._booked) > 10_000:  # bookings passed hold nothing
                     self._booked = {t: at for t, at in self._booked.items() if at > now}
@@ -123,7 +126,10 @@ class Content:
                 # what one render may spend (a review: one 1.2 s wait made every later deferral of
                 # the batch ~10x too long when only the last render counted).
                 held_s = min(time.monotonic() - started, RENDER_PACE_CAP_S)
-                turn.render_s = held_s if not turn.render_s else 0.8 * turn.render_s + 0.2 * held_s
+                pace = self._pace.get(tenant)
+                self._pace[tenant] = held_s if pace is None else 0.8 * pace + 0.2 * held_s
+                if len(self._pace) > 10_000:  # a tenant with nothing booked starts from the cap again
+                    self._pace = {t: pace for t, pace in self._pace.items() if t in self._booked}
                 turn.lock.release()
         finally:
             turn.waiting -= 1

@@ -15,7 +15,7 @@ import pytest
 
 from core.render import RenderedContent
 from tests.workers.test_isolation import build, by_event, row
-from workers.content import MAX_DEFER_S, Content, RenderDeferred
+from workers.content import MAX_DEFER_S, RENDER_PACE_CAP_S, Content, RenderDeferred
 from workers.recipients import Address
 
 
@@ -77,7 +77,7 @@ async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> No
     content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
     holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
     await renderer.entered.wait()
-    content._turns["t-b"].render_s = 0.4  # as if its last render took 0.4 s
+    content._pace["t-b"] = 0.4  # as if its renders took 0.4 s
     waits = []
     for i in range(1, 6):
         with pytest.raises(RenderDeferred) as deferred:
@@ -97,7 +97,7 @@ async def test_bookings_stay_within_max_defer_s_however_many_were_deferred() -> 
     content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
     holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
     await renderer.entered.wait()
-    content._turns["t-b"].render_s = 100.0  # as if each render took 100 s: the bookings pass 300 s
+    content._pace["t-b"] = 100.0  # as if each render took 100 s: the bookings pass 300 s
     waits = []
     for i in range(1, 6):
         with pytest.raises(RenderDeferred) as deferred:
@@ -106,3 +106,22 @@ async def test_bookings_stay_within_max_defer_s_however_many_were_deferred() -> 
     assert waits == pytest.approx([101, 201, MAX_DEFER_S, MAX_DEFER_S, MAX_DEFER_S], abs=0.5)
     renderer.release.set()
     await holding
+
+
+async def test_before_any_render_was_timed_deferrals_are_booked_at_the_cap_not_all_alike() -> None:
+    """Learnt per batch from zero, a backlog whose first render held the turn came back all at
+    once, every deferral 1 s (a review: 200 deferred, spread 0.0 s)."""
+    renderer = HeldRenderer()
+    content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
+    holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
+    await renderer.entered.wait()
+    waits = []
+    for i in range(1, 4):
+        with pytest.raises(RenderDeferred) as deferred:
+            await content.render(row(f"b-{i}", tenant_id="t-b"))
+        waits.append(deferred.value.after_s)
+    renderer.release.set()
+    await holding
+    cap = RENDER_PACE_CAP_S
+    assert waits == pytest.approx([1 + cap, 1 + 2 * cap, 1 + 3 * cap], abs=0.05)
+    assert content._pace["t-b"] <= cap  # the held render is timed, capped, and kept for the next batch
