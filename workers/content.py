@@ -110,7 +110,7 @@ class Content:
                 # so far, two lanes' overlapping batches drifted hours out (two reviews). A
                 # review's simulation (1,000 rows of 140 ms renders due at once, batches of 500):
                 # 19.7 claims a row deferred alike, 6.8 by deferrals made, 2.2 booked; 4,000
-                # rows: 3,891 and 3,799 sent in 1,200 s, all 4,000 booked in 746 s.
+                # rows: 3,891 and 3,799 sent in 1,200 s, all 4,000 booked in 736 s.
                 now = time.monotonic()
                 last = min(self._booked.get(tenant, now), now + MAX_DEFER_S)
                 booked = max(last, now + MIN_DEFER_S) + self._pace.get(tenant, RENDER_PACE_CAP_S)
