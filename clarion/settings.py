@@ -80,7 +80,10 @@ class Settings(BaseSettings):
         "report opens and clicks of that push, in seconds.",
     )
     max_body_bytes: int = Field(
-        default=65536, ge=1024, description="Largest accepted request body, in bytes."
+        default=65536,
+        ge=1024,
+        description="Largest accepted request body, in bytes. Whatever its size, a send (a batch item "
+        "too) holds at most 32,768 JSON values (`api.models.MAX_VALUES`).",
     )
     max_batch_body_bytes: int = Field(
         default=4 * 1024 * 1024,
