@@ -25,11 +25,10 @@ streamed in 1 KiB chunks is 4,096 chunks with about 40 KB of framing).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from api.errors import MAX_HEADER_BYTES
-from api.head_limit import MAX_HEADER_COUNT, HeadLimitedProtocol
+from api.head_limit import MAX_HEADER_COUNT, HeadLimitedProtocol, closing_answer
 
 MAX_CHUNKS = 4096
 MAX_TRAILER_BYTES = MAX_HEADER_BYTES
@@ -38,21 +37,12 @@ MAX_TRAILER_FIELDS = MAX_HEADER_COUNT
 # up to 256 KiB at a time): the limit leaves room for one such read.
 MAX_FRAMING_BYTES = 512 * 1024
 
-_BODY = json.dumps(
-    {
-        "error": {
-            "code": "payload_too_large",
-            "message": (
-                f"The request body's chunked framing is too large: at most {MAX_CHUNKS} chunks, "
-                f"{MAX_TRAILER_BYTES} bytes of trailers and {MAX_FRAMING_BYTES} bytes of chunk "
-                "sizes, extensions and trailers in all."
-            ),
-        }
-    }
-).encode()
-_RESPONSE = (
-    b"HTTP/1.1 413 Content Too Large\r\ncontent-type: application/json\r\n"
-    b"content-length: " + str(len(_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _BODY
+_RESPONSE = closing_answer(
+    "413 Content Too Large",
+    "payload_too_large",
+    f"The request body's chunked framing is too large: at most {MAX_CHUNKS} chunks, "
+    f"{MAX_TRAILER_BYTES} bytes of trailers and {MAX_FRAMING_BYTES} bytes of chunk "
+    "sizes, extensions and trailers in all.",
 )
 
 

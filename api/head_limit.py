@@ -37,39 +37,27 @@ HEAD_LIMIT_BYTES = 2 * MAX_HEADER_BYTES
 # httpd's LimitRequestFields is 100 too.
 MAX_HEADER_COUNT = 100
 
-_BODY = json.dumps(
-    {
-        "error": {
-            "code": "headers_too_large",
-            "message": f"The request headers are larger than {MAX_HEADER_BYTES} bytes.",
-        }
-    }
-).encode()
-_RESPONSE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: application/json\r\n"
-    b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
-    b"connection: close\r\n\r\n" + _BODY
+
+def closing_answer(status: str, code: str, message: str) -> bytes:
+    """A whole HTTP response with the API's error body, for a connection the protocol then closes."""
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode() + body
+
+
+_RESPONSE = closing_answer(
+    "431 Request Header Fields Too Large",
+    "headers_too_large",
+    f"The request headers are larger than {MAX_HEADER_BYTES} bytes.",
 )
-_COUNT_BODY = json.dumps(
-    {
-        "error": {
-            "code": "headers_too_large",
-            "message": f"The request has more than {MAX_HEADER_COUNT} headers.",
-        }
-    }
-).encode()
-_COUNT_RESPONSE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: application/json\r\n"
-    b"content-length: " + str(len(_COUNT_BODY)).encode() + b"\r\n"
-    b"connection: close\r\n\r\n" + _COUNT_BODY
+_COUNT_RESPONSE = closing_answer(
+    "431 Request Header Fields Too Large",
+    "headers_too_large",
+    f"The request has more than {MAX_HEADER_COUNT} headers.",
 )
-_BAD = json.dumps({"error": {"code": "bad_request", "message": "The request is not valid HTTP."}}).encode()
-_BAD_RESPONSE = (
-    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-    b"content-length: " + str(len(_BAD)).encode() + b"\r\nconnection: close\r\n\r\n" + _BAD
-)
+_BAD_RESPONSE = closing_answer("400 Bad Request", "bad_request", "The request is not valid HTTP.")
 
 
 class _TooManyHeaders(Exception):

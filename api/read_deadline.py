@@ -16,17 +16,13 @@ which reports the disconnect, and no partial answer can be written under it.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
+from api.head_limit import closing_answer
 from api.pipelining import PipelineLimitedProtocol
 
-_BODY = json.dumps(
-    {"error": {"code": "request_timeout", "message": "The request head did not arrive in time."}}
-).encode()
-_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-    b"content-length: " + str(len(_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _BODY
+_RESPONSE = closing_answer(
+    "408 Request Timeout", "request_timeout", "The request head did not arrive in time."
 )
 
 
