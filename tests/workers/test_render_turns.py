@@ -70,21 +70,32 @@ async def test_a_tenants_notifications_waiting_for_its_turn_are_deferred_and_the
     assert sorted(m.to for m in provider.sent) == ["+14155550000", "+14155550003"]
 
 
-async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> None:
-    """Deferred alike (1 s), a backlog came back together and was mostly deferred again: a claim
-    and a record of each row on the shared database every cycle."""
+async def deferrals_behind_a_held_render(
+    n: int, *, pace_s: float | None = None
+) -> tuple[list[float], Content]:
+    """The ``after_s`` of ``n`` of tenant t-b's renders deferred while its first render holds the
+    turn (its pace ``pace_s``, if given, as if its renders had taken that), then the held render
+    let go; and the ``Content`` they went through."""
     renderer = HeldRenderer()
     content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
     holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
     await renderer.entered.wait()
-    content._pace["t-b"] = 0.4  # as if its renders took 0.4 s
+    if pace_s is not None:
+        content._pace["t-b"] = pace_s
     waits = []
-    for i in range(1, 6):
+    for i in range(1, n + 1):
         with pytest.raises(RenderDeferred) as deferred:
             await content.render(row(f"b-{i}", tenant_id="t-b"))
         waits.append(deferred.value.after_s)
     renderer.release.set()
     await holding
+    return waits, content
+
+
+async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> None:
+    """Deferred alike (1 s), a backlog came back together and was mostly deferred again: a claim
+    and a record of each row on the shared database every cycle."""
+    waits, content = await deferrals_behind_a_held_render(5, pace_s=0.4)
     # Booked one render after the last (a second from now at the soonest), not all alike at 1 s.
     assert waits == pytest.approx([1.4, 1.8, 2.2, 2.6, 3.0], abs=0.05)
     assert content._turns == {}  # nobody waits: nothing kept
@@ -93,35 +104,14 @@ async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> No
 async def test_bookings_stay_within_max_defer_s_however_many_were_deferred() -> None:
     """Spaced by the deferrals made, two lanes' overlapping batches drifted out for hours (a
     review: 2,253 s, rows still unsent after 600 s)."""
-    renderer = HeldRenderer()
-    content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
-    holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
-    await renderer.entered.wait()
-    content._pace["t-b"] = 100.0  # as if each render took 100 s: the bookings pass 300 s
-    waits = []
-    for i in range(1, 6):
-        with pytest.raises(RenderDeferred) as deferred:
-            await content.render(row(f"b-{i}", tenant_id="t-b"))
-        waits.append(deferred.value.after_s)
+    waits, _ = await deferrals_behind_a_held_render(5, pace_s=100.0)  # the bookings pass 300 s
     assert waits == pytest.approx([101, 201, MAX_DEFER_S, MAX_DEFER_S, MAX_DEFER_S], abs=0.5)
-    renderer.release.set()
-    await holding
 
 
 async def test_before_any_render_was_timed_deferrals_are_booked_at_the_cap_not_all_alike() -> None:
     """Learnt per batch from zero, a backlog whose first render held the turn came back all at
     once, every deferral 1 s (a review: 200 deferred, spread 0.0 s)."""
-    renderer = HeldRenderer()
-    content = Content(pool=None, renderer=renderer, turn_wait_s=0.01)  # type: ignore[arg-type]
-    holding = asyncio.create_task(content.render(row("b-0", tenant_id="t-b")))
-    await renderer.entered.wait()
-    waits = []
-    for i in range(1, 4):
-        with pytest.raises(RenderDeferred) as deferred:
-            await content.render(row(f"b-{i}", tenant_id="t-b"))
-        waits.append(deferred.value.after_s)
-    renderer.release.set()
-    await holding
+    waits, content = await deferrals_behind_a_held_render(3)
     cap = RENDER_PACE_CAP_S
     assert waits == pytest.approx([1 + cap, 1 + 2 * cap, 1 + 3 * cap], abs=0.05)
     assert content._pace["t-b"] <= cap  # the held render is timed, capped, and kept for the next batch
