@@ -9,19 +9,15 @@ from email import policy
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 
-from clarion.ports import free_port
 from harness.fakes import make_message
 from harness.fakes.sendgrid import FakeSendGrid
 from providers.base import Provider
 from providers.errors import PermanentProviderError
 from providers.headers import check_header_value
 from providers.sendgrid import SendGridProvider
-from providers.settings import SmtpSettings
-from providers.smtp import SmtpProvider
 from schema.enums import Channel
-from tests.fixtures.mailbox import Mailbox
+from tests.fixtures.mailbox import Mailbox, smtp_provider, smtp_server
 from tests.fixtures.provider_settings import sendgrid_settings
 
 INJECTIONS = [
@@ -36,17 +32,8 @@ INJECTIONS = [
 
 @pytest.fixture
 def smtp() -> Iterator[tuple[Mailbox, int]]:
-    mailbox, port = Mailbox(), free_port()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    yield mailbox, port
-    controller.stop()
-
-
-def smtp_provider(port: int) -> SmtpProvider:
-    return SmtpProvider(
-        SmtpSettings(host="127.0.0.1", port=port, from_email="noreply@clarion.test", starttls=False)
-    )
+    with smtp_server() as server:
+        yield server
 
 
 @pytest.fixture(params=["smtp", "sendgrid"])

@@ -11,38 +11,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from harness.fakes import make_message
-from harness.fakes.base import free_port
 from providers.errors import PermanentProviderError, TransientProviderError
-from providers.settings import SmtpSettings
-from providers.smtp import SmtpProvider
 from schema.enums import Channel
-from tests.fixtures.mailbox import Mailbox
+from tests.fixtures.mailbox import Mailbox, smtp_provider, smtp_server
 
 
 @pytest.fixture
 def ascii_only() -> Iterator[tuple[Mailbox, int]]:
     """A working SMTP server that does not advertise SMTPUTF8."""
-    mailbox, port = Mailbox(), free_port()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=port, enable_SMTPUTF8=False)
-    controller.start()
-    yield mailbox, port
-    controller.stop()
-
-
-def provider(port: int) -> SmtpProvider:
-    return SmtpProvider(
-        SmtpSettings(host="127.0.0.1", port=port, from_email="noreply@clarion.test", starttls=False)
-    )
+    with smtp_server(smtputf8=False) as server:
+        yield server
 
 
 async def test_a_non_ascii_address_the_server_cannot_carry_is_a_permanent_failure_of_that_email(
     ascii_only: tuple[Mailbox, int],
 ) -> None:
     mailbox, port = ascii_only
-    smtp = provider(port)
+    smtp = smtp_provider(port)
 
     with pytest.raises(PermanentProviderError) as caught:
         await smtp.send(make_message(Channel.email, to="ü@example.com"))
