@@ -21,25 +21,35 @@ from tests.conftest import TenantInfo
 DEAD = """
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category, priority,
                            data, status, attempts, provider, error_code, error_message, history)
-SELECT id, $1, 'evt-' || id::text, 'x', $2, 'sms', 'orders', 'normal', '{}'::jsonb, 'dead', 5, $3, $4,
-       'provider said no', '[]'::jsonb
-  FROM unnest($5::uuid[]) AS id
+SELECT id, $1, event_id, 'x', $2, 'sms', 'orders', 'normal', '{}'::jsonb, 'dead', 5, $3, $4, $5, '[]'::jsonb
+  FROM unnest($6::uuid[], $7::text[]) AS v(id, event_id)
 """
 
 
 async def dead_notifications(
-    settings: Settings, tenant: TenantInfo, count: int, provider: str, code: str
+    settings: Settings,
+    tenant: TenantInfo,
+    count: int,
+    provider: str,
+    code: str,
+    *,
+    message: str = "provider said no",
+    external_id: str = "u-dlq",
+    event_ids: list[str] | None = None,
 ) -> list[UUID]:
+    """``count`` dead SMS of ``tenant`` to user ``external_id``, their event ids ``evt-<id>`` unless given."""
     ids = [uuid7() for _ in range(count)]
     conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
     try:
         user_id = await conn.fetchval(
-            "INSERT INTO users (id, tenant_id, external_id, phone) VALUES ($1, $2, 'u-dlq', '+14155550100')"
+            "INSERT INTO users (id, tenant_id, external_id, phone) VALUES ($1, $2, $3, '+14155550100')"
             " ON CONFLICT ON CONSTRAINT uq_users_tenant_external DO UPDATE SET phone = EXCLUDED.phone RETURNING id",
             uuid7(),
             tenant.id,
+            external_id,
         )
-        await conn.execute(DEAD, tenant.id, user_id, provider, code, ids)
+        events = event_ids or [f"evt-{i}" for i in ids]
+        await conn.execute(DEAD, tenant.id, user_id, provider, code, message, ids, events)
     finally:
         await conn.close()
     return ids
@@ -121,28 +131,16 @@ TERMINAL_CONTROLS = ("\x1b", "\x07", "\x9c", "\x9d", "\u202e")
 async def test_dlq_list_never_prints_what_a_terminal_would_act_on(
     settings: Settings, tenant: TenantInfo
 ) -> None:
-    conn = await asyncpg.connect(asyncpg_dsn(settings.database_url))
-    try:
-        user_id = await conn.fetchval(
-            "INSERT INTO users (id, tenant_id, external_id, phone) VALUES ($1, $2, $3, '+14155550100')"
-            " RETURNING id",
-            uuid7(),
-            tenant.id,
-            HOSTILE_USER,
-        )
-        await conn.execute(
-            "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, category,"
-            " priority, data, status, attempts, provider, error_code, error_message, history)"
-            " VALUES ($1, $2, $3, 'x', $4, 'sms', 'orders', 'normal', '{}'::jsonb, 'dead', 5, 'twilio',"
-            " '20429', $5, '[]'::jsonb)",
-            uuid7(),
-            tenant.id,
-            HOSTILE_EVENT,
-            user_id,
-            HOSTILE_ANSWER,
-        )
-    finally:
-        await conn.close()
+    await dead_notifications(
+        settings,
+        tenant,
+        1,
+        "twilio",
+        "20429",
+        message=HOSTILE_ANSWER,
+        external_id=HOSTILE_USER,
+        event_ids=[HOSTILE_EVENT],
+    )
 
     text = await clarion(settings, "dlq", "list", "sms", "--tenant", tenant.id)
     lines = await clarion(settings, "dlq", "list", "sms", "--tenant", tenant.id, "--json")
