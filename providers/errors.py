@@ -2,7 +2,8 @@
 
     ProviderError
      ├── TransientProviderError      timeouts, connection errors, 5xx, 429 (carries retry_after_s)
-     │    └── RecipientThrottled     the provider works, but takes no more for this one recipient now
+     │    ├── RecipientThrottled     the provider works, but takes no more for this one recipient now
+     │    └── QuotaExceeded          a quota ran out that may be one recipient's or the account's
      └── PermanentProviderError      bad request, auth/config errors: retrying unchanged cannot help
           └── InvalidRecipient       the address or device token is invalid: stop sending to it
 
@@ -72,6 +73,15 @@ class RecipientThrottled(TransientProviderError):
     TooManyRequests``: too many pushes to the same device token). Retried later like any transient
     error, but it says nothing about the provider's health: the tenant that sends too much to one of
     its devices must not open the breaker or slow the pacing every tenant's sends share."""
+
+
+class QuotaExceeded(TransientProviderError):
+    """A quota ran out, and the provider does not say whose: FCM answers ``429 QUOTA_EXCEEDED`` alike
+    for the project's message rate, one device's (240 a minute) and one topic's. Retried later like
+    any transient error. The worker charges it to the tenant whose send it was, on that tenant's own
+    breaker for the provider (``workers.breaker``), and it slows no pacing: one tenant flooding one
+    of its devices must not stop every tenant's pushes, while a quota every tenant runs into still
+    stops each of them."""
 
 
 class PermanentProviderError(ProviderError):

@@ -19,6 +19,7 @@ from providers.base import RenderedMessage, SendResult
 from providers.errors import (
     PermanentProviderError,
     ProviderError,
+    QuotaExceeded,
     TransientProviderError,
     overloaded,
     parse_retry_after,
@@ -139,6 +140,10 @@ class FcmProvider:
         retry_after_s = parse_retry_after(headers.get("Retry-After"))
         # A specific errorCode decides; without one (or UNSPECIFIED_ERROR), the gRPC status and HTTP status do.
         unspecified = error_code is None or error_code == "UNSPECIFIED_ERROR"
+        if error_code == "QUOTA_EXCEEDED":  # the project's, a device's or a topic's: FCM does not say
+            return QuotaExceeded(
+                text, provider=self.name, code=code, http_status=status, retry_after_s=retry_after_s
+            )
         return refusal(
             text,
             provider=self.name,

@@ -11,6 +11,15 @@ States, per provider name:
 - ``half_open``: after the cool-down exactly one probe call goes through; the others wait. The
   probe's success closes the breaker (and clears the window), its failure opens it again.
 
+**A tenant's own breaker.** A quota the provider does not say is whose (``QuotaExceeded``: FCM's
+``429 QUOTA_EXCEEDED`` for the project, one device or one topic alike) counts on a breaker of the
+sending tenant on that provider, never on the provider's: one tenant flooding one of its devices
+opens its own breaker and no one else's. A quota every tenant runs into opens each tenant's breaker
+after its own ``min_calls``. A tenant's breaker exists only while its window holds such a failure
+(it then counts all of that tenant's calls to the provider), so there are at most as many as
+tenants refused lately, and none is exported as a metric. ``RecipientThrottled`` (one device,
+named by the provider) counts on no breaker at all.
+
 Breakers live in the worker process that makes the calls: in a deployment with several worker
 processes (or replicas) each has its own breakers, which open and close independently. The state is
 exported as ``clarion_breaker_state`` (0 closed, 1 half-open, 2 open) and, for code in the same
@@ -24,10 +33,12 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from clarion import metrics
 from clarion.retry_settings import BreakerSettings
+from providers.errors import PermanentProviderError, QuotaExceeded, RecipientThrottled
 
 CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
 _GAUGE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
@@ -89,6 +100,15 @@ class CircuitBreaker:
             wait_s = min(self.settings.cool_down_s, 2.0) * random.uniform(0.5, 1.0)
         raise CircuitOpen(self.provider, datetime.now(UTC) + timedelta(seconds=max(wait_s, 0.0)))
 
+    def release(self) -> None:
+        """Give back a probe ``check`` granted to a call that was not made after all."""
+        self._probing = False
+
+    @property
+    def quiet(self) -> bool:
+        """Closed, with no failure in its window: it would refuse nothing, and forgets nothing."""
+        return self.state == CLOSED and self._failures == 0
+
     def record(self, *, failed: bool) -> None:
         """Count one finished call; ``failed`` for transient failures only."""
         now = self._clock()
@@ -131,9 +151,11 @@ class CircuitBreaker:
 class Breakers:
     """The breakers of one worker, one per provider name, created on first use."""
 
-    def __init__(self, settings: BreakerSettings) -> None:
+    def __init__(self, settings: BreakerSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
+        self._clock = clock
         self._by_provider: dict[str, CircuitBreaker] = {}
+        self._by_tenant: dict[tuple[str, str], CircuitBreaker] = {}
         _BOARDS.add(self)
 
     def for_provider(self, provider: str) -> CircuitBreaker | None:
@@ -142,8 +164,13 @@ class Breakers:
             return None
         breaker = self._by_provider.get(provider)
         if breaker is None:
-            breaker = self._by_provider[provider] = CircuitBreaker(provider, self.settings)
+            breaker = self._by_provider[provider] = CircuitBreaker(provider, self.settings, clock=self._clock)
         return breaker
+
+    def guard(self, provider: str, tenant: str) -> Guard | None:
+        """The breakers a call of ``tenant`` to ``provider`` passes, or None when disabled."""
+        shared = self.for_provider(provider)
+        return None if shared is None else Guard(board=self, shared=shared, key=(provider, tenant))
 
     def snapshot(self) -> dict[str, str]:
         """State per provider this worker has called."""
@@ -154,6 +181,47 @@ class Breakers:
         (its objects may outlive it: ``Worker.start`` freezes the GC, so a weak reference alone
         kept a stopped worker's half-open breaker in the merged view)."""
         _BOARDS.discard(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Guard:
+    """The breakers of one tenant's calls to one provider: the provider's, and the tenant's own."""
+
+    board: Breakers
+    shared: CircuitBreaker
+    key: tuple[str, str]  # (provider, tenant)
+
+    def check(self) -> None:
+        """As ``CircuitBreaker.check``, for both; the tenant's first, so that a probe it grants is
+        given back when the provider's breaker refuses."""
+        own = self.board._by_tenant.get(self.key)
+        if own is not None:
+            own.check()
+        try:
+            self.shared.check()
+        except CircuitOpen:
+            if own is not None:
+                own.release()
+            raise
+
+    def record(self, error: BaseException | None) -> None:
+        """Count one finished call: on the provider's breaker, a transient failure that is not a
+        refusal about one recipient or an unattributed quota; on the tenant's, a ``QuotaExceeded``."""
+        quota = isinstance(error, QuotaExceeded)
+        own = self.board._by_tenant.get(self.key)
+        if quota and own is None:
+            own = self.board._by_tenant[self.key] = CircuitBreaker(
+                self.key[0], self.board.settings, clock=self.board._clock, export=False
+            )
+        if own is not None:
+            own.record(failed=quota)
+            if own.quiet:
+                del self.board._by_tenant[self.key]
+        if not quota:
+            self.shared.record(
+                failed=error is not None
+                and not isinstance(error, PermanentProviderError | RecipientThrottled)
+            )
 
 
 _BOARDS: weakref.WeakSet[Breakers] = weakref.WeakSet()

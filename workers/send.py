@@ -21,14 +21,12 @@ from core.render import RenderedContent
 from providers.base import Provider, RenderedMessage, SendResult
 from providers.errors import (
     InvalidRecipient,
-    PermanentProviderError,
     ProviderError,
-    RecipientThrottled,
     TransientProviderError,
 )
 from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel
-from workers.breaker import Breakers, CircuitOpen
+from workers.breaker import Breakers, CircuitOpen, Guard
 from workers.claim import ClaimedNotification
 from workers.conclude import Calls
 from workers.outcome import Attempt
@@ -124,13 +122,13 @@ class Sender:
         attempts = calls.attempts
         for i, provider in enumerate(chain):
             last = i == len(chain) - 1
-            breaker = self.breakers.for_provider(provider.name) if self.breakers else None
+            guard = self.breakers.guard(provider.name, n.tenant_id) if self.breakers else None
             try:
                 result = await self.policy.run(
                     lambda p=provider: p.send(message),  # type: ignore[misc]
                     provider=provider.name,
-                    on_attempt=_attempt_recorder(n, message, provider.name, breaker, attempts),
-                    before_attempt=breaker.check if breaker is not None else None,
+                    on_attempt=_attempt_recorder(n, message, provider.name, guard, attempts),
+                    before_attempt=guard.check if guard is not None else None,
                     budget=self.policy.remaining(n.attempts + len(attempts)),
                 )
             except (CircuitOpen, TransientProviderError) as exc:
@@ -200,20 +198,20 @@ def attempt_row(
 
 
 def _attempt_recorder(
-    n: ClaimedNotification, message: RenderedMessage, provider: str, breaker: Any, attempts: list[Attempt]
+    n: ClaimedNotification,
+    message: RenderedMessage,
+    provider: str,
+    guard: Guard | None,
+    attempts: list[Attempt],
 ) -> Callable[[datetime, datetime, BaseException | None], None]:
     """The ``on_attempt`` callback for one provider of the chain: every call becomes an ``Attempt``
-    numbered after the notification's earlier ones, and a transient failure counts on its breaker:
-    not a refusal of one recipient (``RecipientThrottled``), which the provider answered working."""
+    numbered after the notification's earlier ones, and counts on the breakers ``guard`` holds."""
 
     def on_attempt(started: datetime, finished: datetime, error: BaseException | None) -> None:
         number = n.attempts + len(attempts) + 1
         attempts.append(attempt_row(n, number, provider, message.to, started, finished, error))
-        if breaker is not None:
-            breaker.record(
-                failed=error is not None
-                and not isinstance(error, PermanentProviderError | RecipientThrottled)
-            )
+        if guard is not None:
+            guard.record(error)
 
     return on_attempt
 

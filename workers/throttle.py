@@ -43,7 +43,7 @@ from core.limiter import build_rate_limiter
 from core.ratelimit import Allowed, ElasticPool, InvalidRule, LimitDecision, RateLimiter, RetryAfter, Rule
 from core.ratelimit_memory import MemoryRateLimiter
 from core.render import RenderedContent
-from providers.errors import ProviderError, RecipientThrottled
+from providers.errors import ProviderError, QuotaExceeded, RecipientThrottled
 from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel, Priority, Status
 from workers.claim import ClaimedNotification
@@ -142,8 +142,9 @@ class AdaptivePacing:
 
     def on_provider_error(self, error: ProviderError) -> None:
         """Slow the provider down when it answered 429 (the pipeline's ``on_provider_error`` hook);
-        not for a 429 about one recipient (``RecipientThrottled``): the provider's pace is fine."""
-        if error.http_status != 429 or isinstance(error, RecipientThrottled):
+        not for a 429 about one recipient (``RecipientThrottled``), nor one of a quota the provider
+        does not say is whose (``QuotaExceeded``: the sending tenant's breaker takes it)."""
+        if error.http_status != 429 or isinstance(error, RecipientThrottled | QuotaExceeded):
             return
         now = self.clock()
         state = self._state.get(error.provider)

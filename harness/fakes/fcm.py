@@ -2,7 +2,9 @@
 
 The token endpoint verifies google-auth's RS256 JWT-bearer assertion against the public half of a
 service-account key generated at start (``service_account_info()``, whose ``token_uri`` points
-here), and issues bearer tokens that ``messages:send`` checks.
+here), and issues bearer tokens that ``messages:send`` checks. As FCM, it takes at most
+``device_quota_per_minute`` (240) sends to one device in any minute; past that it answers
+``429 QUOTA_EXCEEDED``, the answer it also gives for the project's quota.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections import defaultdict, deque
 from typing import Any
 
 import jwt
@@ -51,7 +54,9 @@ def error_body(status: int, grpc_status: str, message: str, error_code: str | No
 class FakeFcm(AiohttpFake):
     """One Firebase project. ``fail_token(token, errorCode)`` forces an FCM error for that device."""
 
-    def __init__(self, *, port: int = 0, project_id: str = "clarion-test") -> None:
+    def __init__(
+        self, *, port: int = 0, project_id: str = "clarion-test", device_quota_per_minute: int = 240
+    ) -> None:
         super().__init__(port=port)
         self.project_id = project_id
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -62,6 +67,9 @@ class FakeFcm(AiohttpFake):
         self.token_errors: dict[str, str] = {}
         self.expires_in_s = 3599
         self.delivered: list[dict[str, Any]] = []  # accepted messages, not validate_only ones
+        # FCM's per-device quota: past it, 429 QUOTA_EXCEEDED, the same answer as the project's
+        self.device_quota_per_minute = device_quota_per_minute
+        self._device_sends: dict[str, deque[float]] = defaultdict(deque)
 
     def service_account_info(self) -> dict[str, Any]:
         """A service-account key file for this fake (``token_uri`` is the fake's token endpoint)."""
@@ -84,6 +92,10 @@ class FakeFcm(AiohttpFake):
     def fail_token(self, token: str, error_code: str) -> None:
         """Sends to device ``token`` get this FCM ``errorCode`` (see ``ERRORS``)."""
         self.token_errors[token] = error_code
+
+    def use_up_device_quota(self, token: str) -> None:
+        """Device ``token`` has had its minute's quota of pushes: the next ones get QUOTA_EXCEEDED."""
+        self._device_sends[token].extend([time.monotonic()] * self.device_quota_per_minute)
 
     def expire_access_tokens(self) -> None:
         """Every access token issued so far is now refused with 401 UNAUTHENTICATED."""
@@ -141,6 +153,16 @@ class FakeFcm(AiohttpFake):
         status, grpc_status, message = ERRORS[error_code]
         return json_response(status, error_body(status, grpc_status, message, error_code), headers)
 
+    def _over_device_quota(self, target: str) -> bool:
+        """Count one send to ``target`` in its last minute; True past the quota (not counted)."""
+        sends, now = self._device_sends[target], time.monotonic()
+        while sends and sends[0] <= now - 60:
+            sends.popleft()
+        if len(sends) >= self.device_quota_per_minute:
+            return True
+        sends.append(now)
+        return False
+
     async def _send(self, request: web.Request) -> web.StreamResponse:
         recorded = await self.capture(request)
         bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -170,6 +192,8 @@ class FakeFcm(AiohttpFake):
             return self._error(self.token_errors[target])
         if document.get("validate_only") is True:
             return json_response(200, {"name": f"projects/{self.project_id}/messages/fake_message_id"})
+        if self._over_device_quota(str(target)):
+            return self._error("QUOTA_EXCEEDED")
         self.delivered.append(message_doc)
         name = f"projects/{self.project_id}/messages/0:{time.time_ns()}%{secrets.token_hex(8)}"
         return json_response(200, {"name": name})

@@ -192,3 +192,37 @@ async def test_a_push_carries_its_event_token_and_the_device_reports_the_open_wi
     shown = await status_of(real.client, nid)
     assert [(e["type"], e["count"], e["source"]) for e in shown["engagement"]] == [("opened", 1, "device")]
     assert shown["status"] == "sent"
+
+
+async def test_a_tenants_flood_to_one_fcm_device_leaves_another_tenants_pushes_on_time(
+    real: RealStack,
+) -> None:
+    """FCM answers ``429 QUOTA_EXCEEDED`` past 240 pushes a minute to one device, as it does for the
+    project's quota; the worker charges it to the sending tenant's own breaker. Before, the
+    flooding tenant's refusals opened the worker's FCM breaker and the other tenant's pushes were
+    still ``retrying`` 121 s later."""
+    busy = "fcm-busy-" + secrets.token_urlsafe(32)
+    real.fcm.use_up_device_quota(busy)
+    engine = create_engine(real.settings.database_url, pool_size=1)
+    flooder = await make_tenant(engine)
+    await engine.dispose()
+    user = {"id": "u-flood", "devices": [{"platform": "fcm", "token": busy}]}
+    async with api_client(str(real.client.base_url), flooder.key) as theirs:
+        ids = []
+        for _ in range(12):
+            r = await theirs.post("/v1/notifications", json=email_send(channel="push", user=user))
+            assert r.status_code == 202, r.text
+            ids.append(r.json()["id"])
+        for nid in ids:  # every push refused in the worker, and rescheduled
+            await wait_status(theirs, nid, "retrying")
+
+    ours = [
+        (await real.client.post("/v1/notifications", json=email_send(channel="push", user=u))).json()["id"]
+        for u in (
+            {"id": f"u-{i}", "devices": [{"platform": "fcm", "token": f"fcm-{secrets.token_hex(16)}"}]}
+            for i in range(20)
+        )
+    ]
+    for nid in ours:
+        sent = await wait_status(real.client, nid, "sent", timeout_s=10)
+        assert "retrying" not in [h["status"] for h in sent["history"]]

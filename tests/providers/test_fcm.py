@@ -13,7 +13,12 @@ import pytest
 from harness.fakes import make_message
 from harness.fakes.fcm import FakeFcm
 from providers.base import RenderedMessage
-from providers.errors import InvalidRecipient, PermanentProviderError, TransientProviderError
+from providers.errors import (
+    InvalidRecipient,
+    PermanentProviderError,
+    QuotaExceeded,
+    TransientProviderError,
+)
 from providers.fcm import MAX_ANDROID_TTL_S, FcmProvider
 from schema.enums import Channel, Priority
 from tests.fixtures.provider_fakes import adapter_for, running_fake, send_raises
@@ -154,10 +159,12 @@ async def test_third_party_auth_error_raises_permanent_without_token_refresh(
     assert fake.token_requests == 1
 
 
-async def test_quota_exceeded_raises_transient_with_retry_after(fake: FakeFcm, provider: FcmProvider) -> None:
+async def test_quota_exceeded_raises_quota_exceeded_with_retry_after(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
     fake.force_rate_limit(retry_after_s=60)
 
-    with pytest.raises(TransientProviderError) as caught:
+    with pytest.raises(QuotaExceeded) as caught:
         await provider.send(push())
 
     assert (caught.value.code, caught.value.http_status, caught.value.retry_after_s) == (
@@ -165,6 +172,21 @@ async def test_quota_exceeded_raises_transient_with_retry_after(fake: FakeFcm, p
         429,
         60,
     )
+
+
+async def test_a_device_past_its_quota_is_refused_alone_with_the_projects_answer(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    fake.device_quota_per_minute = 3
+    for _ in range(3):
+        await provider.send(push(to="busy-device"))
+
+    with pytest.raises(QuotaExceeded) as caught:
+        await provider.send(push(to="busy-device"))
+    await provider.send(push(to="another-device"))
+
+    assert (caught.value.code, caught.value.http_status) == ("QUOTA_EXCEEDED", 429)
+    assert [m["token"] for m in fake.delivered] == ["busy-device"] * 3 + ["another-device"]
 
 
 @pytest.mark.parametrize(("status", "error_code"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])

@@ -6,6 +6,7 @@ import pytest
 
 from clarion import metrics
 from clarion.retry_settings import BreakerSettings
+from providers.errors import QuotaExceeded
 from workers.breaker import Breakers, CircuitBreaker, CircuitOpen, breaker_states
 
 
@@ -104,3 +105,49 @@ def test_breaker_states_report_every_provider_of_the_process() -> None:
     states = breaker_states()
     assert states["p-states-a"] == "open" and states["p-states-b"] == "closed"
     assert Breakers(BreakerSettings(enabled=False)).for_provider("x") is None
+
+
+QUOTA = QuotaExceeded("429 QUOTA_EXCEEDED", provider="p-quota", code="QUOTA_EXCEEDED", http_status=429)
+
+
+def test_a_tenants_breaker_lives_only_while_its_quota_refusals_do() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    guard = board.guard("p-quota", "t1")
+    assert guard is not None
+    guard.record(None)
+    assert board._by_tenant == {}  # a tenant never refused has no breaker of its own
+    for _ in range(SETTINGS.min_calls):
+        guard.check()
+        guard.record(QUOTA)
+    with pytest.raises(CircuitOpen):
+        guard.check()
+    board.guard("p-quota", "t2").check()  # type: ignore[union-attr]  # another tenant: not refused
+
+    clock.now_s += SETTINGS.cool_down_s
+    guard.check()  # the probe
+    guard.record(None)
+
+    assert board._by_tenant == {}  # closed again and forgotten: one entry per tenant refused lately
+    assert board.snapshot() == {"p-quota": "closed"}
+
+
+def test_a_tenants_probe_is_given_back_when_the_providers_breaker_refuses() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    guard = board.guard("p-both", "t1")
+    assert guard is not None
+    for _ in range(SETTINGS.min_calls):
+        guard.record(QUOTA)  # opens t1's breaker
+    clock.now_s += SETTINGS.cool_down_s - 1
+    for _ in range(SETTINGS.min_calls):
+        guard.shared.record(failed=True)  # and the provider's, a second later
+
+    clock.now_s += 1  # t1's cool-down is over, not the provider's
+    with pytest.raises(CircuitOpen):
+        guard.check()
+    clock.now_s += SETTINGS.cool_down_s
+
+    guard.check()  # both half-open: t1's probe was given back, so this call is it
+    guard.record(None)
+    assert board._by_tenant == {} and guard.shared.state == "closed"

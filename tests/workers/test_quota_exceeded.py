@@ -1,0 +1,99 @@
+"""FCM's ``429 QUOTA_EXCEEDED`` does not say whose quota ran out: the project's, one device's (240 a
+minute) or one topic's. The worker charges it to the tenant whose push it was, on that tenant's own
+breaker: a tenant flooding one of its devices stops only itself, and a quota every tenant runs into
+still stops each of them. Pushes go through the real FCM adapter to the local fake.
+
+Before: one tenant's ten pushes to one device, each answered ``QUOTA_EXCEEDED``, opened the
+worker's shared FCM breaker and halved its pacing; another tenant's 20 pushes were still
+``retrying`` 121 s later (the end-to-end probe of session 17), where they took 0.2 s alone."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from clarion.retry_settings import BreakerSettings
+from core.render import RenderedContent
+from harness.fakes.fcm import FakeFcm
+from providers.fcm import FcmProvider
+from providers.registry import ProviderSet
+from schema.enums import Channel
+from tests.fixtures.claimed import claimed
+from tests.fixtures.provider_settings import fcm_settings
+from workers.breaker import Breakers
+from workers.conclude import Calls
+from workers.recipients import Address
+from workers.retry import RetryPolicy
+from workers.send import Sender
+from workers.throttle import AdaptivePacing
+
+BUSY = "busy-device"  # one tenant's device, pushed to past FCM's per-device quota
+MIN_CALLS = 10
+
+
+@pytest.fixture
+async def fcm() -> AsyncIterator[tuple[FakeFcm, Sender, AdaptivePacing]]:
+    async with FakeFcm(device_quota_per_minute=2) as fake:
+        provider = FcmProvider(fcm_settings(fake))
+        pacing = AdaptivePacing()
+        yield (
+            fake,
+            Sender(
+                channel=Channel.push,
+                pool=None,  # type: ignore[arg-type]  # used only to retire a dead device
+                providers=ProviderSet(routes={(Channel.push, "fcm"): provider}),
+                policy=RetryPolicy(base_s=0.001, max_wait_s=0.001),
+                breakers=Breakers(BreakerSettings(min_calls=MIN_CALLS, failure_rate=0.5, cool_down_s=30)),
+                on_provider_error=pacing.on_provider_error,
+            ),
+            pacing,
+        )
+        await provider.aclose()
+
+
+async def push(s: Sender, tenant: str, device: str) -> Calls:
+    calls = Calls()
+    await s.send(
+        claimed(channel=Channel.push, tenant_id=tenant, id=uuid.uuid4()),
+        RenderedContent(subject="hi", body="hello", html=None),
+        [Address(device, platform="fcm")],
+        calls,
+    )
+    return calls
+
+
+async def test_one_tenants_flood_to_its_device_stops_that_tenant_and_no_other(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    fake, s, pacing = fcm
+    refused = [await push(s, "tenant-b", BUSY) for _ in range(10)]
+
+    assert [len(c.results) for c in refused[:2]] == [1, 1]  # FCM's quota: 2 a minute (here)
+    assert [e.code for e in refused[2].errors] == ["QUOTA_EXCEEDED"]
+    # 3 pushes of 3 refused calls, then the 10th call opens tenant-b's own breaker
+    assert [bool(c.opened) for c in refused] == [False] * 5 + [True] * 5
+    assert s.breakers is not None and s.breakers.snapshot() == {"fcm": "closed"}
+    assert pacing.factor("fcm") == 1.0
+
+    others = [await push(s, "tenant-a", f"device-{i}") for i in range(20)]
+    own_other_device = await push(s, "tenant-b", "another-device")
+
+    assert all(c.opened == [] and len(c.results) == 1 for c in others)
+    assert [t["token"] for t in fake.delivered].count(BUSY) == 2
+    assert len(own_other_device.opened) == 1 and own_other_device.results == []
+
+
+async def test_a_quota_every_tenant_runs_into_stops_each_tenant_after_its_own_min_calls(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    fake, s, pacing = fcm
+    fake.force_rate_limit(100, retry_after_s=60)  # the project's quota: every push refused
+
+    results = {t: [await push(s, t, f"{t}-device-{i}") for i in range(15)] for t in ("t-a", "t-b")}
+
+    assert len(fake.sent("messages:send")) == 2 * MIN_CALLS  # then each tenant's breaker refuses
+    for calls in results.values():
+        assert [bool(c.opened) for c in calls] == [False] * MIN_CALLS + [True] * 5
+    assert pacing.factor("fcm") == 1.0
