@@ -73,6 +73,12 @@ class WebhookDelivery(SQLModel, table=True):
             "event_id",
             postgresql_where=sa.text("state = 'pending'"),
         ),
+        sa.Index(  # the claim's walk past a tenant at its share (workers/webhook_claim.py, migration 0014)
+            "ix_webhook_deliveries_pending_tenant",
+            "tenant_id",
+            "next_attempt_at",
+            postgresql_where=sa.text("state = 'pending'"),
+        ),
         {"postgresql_partition_by": "RANGE (created_at)"},
     )
     id: uuid.UUID = Field(primary_key=True)
