@@ -101,7 +101,8 @@ class CircuitBreaker:
         raise CircuitOpen(self.provider, datetime.now(UTC) + timedelta(seconds=max(wait_s, 0.0)))
 
     def release(self) -> None:
-        """Give back a probe ``check`` granted to a call that was not made after all."""
+        """Give back a probe ``check`` granted: the call was not made after all, or its answer was
+        no verdict on the provider."""
         self._probing = False
 
     @property
@@ -217,7 +218,11 @@ class Guard:
             own.record(failed=quota)
             if own.quiet:
                 del self.board._by_tenant[self.key]
-        if not quota:
+        if quota:
+            # Not the provider's verdict, so no answer to the probe its breaker may have granted
+            # this call: give it back, or the breaker stays half-open with a probe in flight for ever.
+            self.shared.release()
+        else:
             self.shared.record(
                 failed=error is not None
                 and not isinstance(error, PermanentProviderError | RecipientThrottled)

@@ -151,3 +151,21 @@ def test_a_tenants_probe_is_given_back_when_the_providers_breaker_refuses() -> N
     guard.check()  # both half-open: t1's probe was given back, so this call is it
     guard.record(None)
     assert board._by_tenant == {} and guard.shared.state == "closed"
+
+
+def test_a_quota_refusal_answering_the_providers_probe_does_not_wedge_its_breaker() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    flooder, other = board.guard("p-wedge", "t1"), board.guard("p-wedge", "t2")
+    assert flooder is not None and other is not None
+    for _ in range(SETTINGS.min_calls):
+        flooder.shared.record(failed=True)  # an outage opens the provider's breaker
+    clock.now_s += SETTINGS.cool_down_s
+
+    flooder.check()  # t1's push is the provider's probe; FCM answers it for t1's busy device
+    flooder.record(QUOTA)
+
+    clock.now_s += 0.1
+    other.check()  # another tenant's push is the next probe, not refused for ever
+    other.record(None)
+    assert board.snapshot() == {"p-wedge": "closed"}

@@ -97,3 +97,28 @@ async def test_a_quota_every_tenant_runs_into_stops_each_tenant_after_its_own_mi
     for calls in results.values():
         assert [bool(c.opened) for c in calls] == [False] * MIN_CALLS + [True] * 5
     assert pacing.factor("fcm") == 1.0
+
+
+async def test_a_tenants_quota_refusal_answering_the_providers_probe_leaves_fcm_to_every_tenant(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    """Before: the refusal was counted on no breaker, so the provider's stayed half-open with its
+    probe in flight for ever, and every tenant's push was refused by this worker from then on."""
+    fake, s, _ = fcm
+    now = [1000.0]
+    s.breakers = Breakers(
+        BreakerSettings(min_calls=MIN_CALLS, failure_rate=0.5, cool_down_s=30), clock=lambda: now[0]
+    )
+    fake.force_server_error(MIN_CALLS)  # an FCM outage opens the provider's breaker
+    outage = [await push(s, "tenant-a", f"device-{i}") for i in range(4)]
+    assert bool(outage[-1].opened) and s.breakers.snapshot() == {"fcm": "open"}
+
+    now[0] += 30  # FCM is back; tenant-b's push to its flooded device is the probe
+    fake.use_up_device_quota(BUSY)
+    flood = await push(s, "tenant-b", BUSY)
+    now[0] += 1
+    after = await push(s, "tenant-a", "device-after")
+
+    assert [e.code for e in flood.errors] == ["QUOTA_EXCEEDED"]
+    assert after.opened == [] and len(after.results) == 1
+    assert s.breakers.snapshot() == {"fcm": "closed"}
