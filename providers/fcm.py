@@ -142,7 +142,11 @@ class FcmProvider:
         unspecified = error_code is None or error_code == "UNSPECIFIED_ERROR"
         if error_code == "QUOTA_EXCEEDED":  # the project's, a device's or a topic's: FCM does not say
             return QuotaExceeded(
-                text, provider=self.name, code=code, http_status=status, retry_after_s=retry_after_s
+                text,
+                provider=self.name,
+                code=code,
+                http_status=status,
+                retry_after_s=max(retry_after_s or 0.0, QUOTA_RETRY_AFTER_S),
             )
         return refusal(
             text,
@@ -161,6 +165,10 @@ class FcmProvider:
         await self._http.aclose()
         self._auth_request.session.close()
 
+
+# FCM's ErrorCode reference asks for at least a minute before retrying QUOTA_EXCEEDED for the
+# project's or a topic's rate, and a device's 240 is counted per minute: sooner is refused again.
+QUOTA_RETRY_AFTER_S = 60.0
 
 # FCM refuses an AndroidConfig.ttl above 4 weeks (400 INVALID_ARGUMENT, docs/providers.md), which is
 # also its default: a send that may wait longer than that is still worth delivering within it.

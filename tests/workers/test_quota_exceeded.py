@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,11 +20,11 @@ from core.render import RenderedContent
 from harness.fakes.fcm import FakeFcm
 from providers.fcm import FcmProvider
 from providers.registry import ProviderSet
-from schema.enums import Channel
+from schema.enums import Channel, Status
 from tests.fixtures.claimed import claimed
 from tests.fixtures.provider_settings import fcm_settings
 from workers.breaker import Breakers
-from workers.conclude import Calls
+from workers.conclude import Calls, conclude
 from workers.recipients import Address
 from workers.retry import RetryPolicy
 from workers.send import Sender
@@ -68,12 +69,13 @@ async def test_one_tenants_flood_to_its_device_stops_that_tenant_and_no_other(
     fcm: tuple[FakeFcm, Sender, AdaptivePacing],
 ) -> None:
     fake, s, pacing = fcm
-    refused = [await push(s, "tenant-b", BUSY) for _ in range(10)]
+    refused = [await push(s, "tenant-b", BUSY) for _ in range(14)]
 
     assert [len(c.results) for c in refused[:2]] == [1, 1]  # FCM's quota: 2 a minute (here)
     assert [e.code for e in refused[2].errors] == ["QUOTA_EXCEEDED"]
-    # 3 pushes of 3 refused calls, then the 10th call opens tenant-b's own breaker
-    assert [bool(c.opened) for c in refused] == [False] * 5 + [True] * 5
+    # one refused call a push (the next try is a minute away), and the 10th opens tenant-b's breaker
+    assert [len(c.attempts) for c in refused[2:12]] == [1] * 10
+    assert [bool(c.opened) for c in refused] == [False] * 12 + [True] * 2
     assert s.breakers is not None and s.breakers.snapshot() == {"fcm": "closed"}
     assert pacing.factor("fcm") == 1.0
 
@@ -122,3 +124,24 @@ async def test_a_tenants_quota_refusal_answering_the_providers_probe_leaves_fcm_
     assert [e.code for e in flood.errors] == ["QUOTA_EXCEEDED"]
     assert after.opened == [] and len(after.results) == 1
     assert s.breakers.snapshot() == {"fcm": "closed"}
+
+
+async def test_a_push_past_its_devices_quota_is_tried_again_after_a_minute_not_at_once(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    """FCM's ErrorCode reference asks for a minute before retrying its project's or a topic's
+    quota, and a device's is counted per minute. Before: two more calls within milliseconds, both
+    refused and both spending the notification's attempts, then a try again within 8 s."""
+    fake, s, _ = fcm
+    fake.use_up_device_quota(BUSY)
+    n = claimed(channel=Channel.push, tenant_id="tenant-b", id=uuid.uuid4())
+    calls = Calls()
+    await s.send(
+        n, RenderedContent(subject="hi", body="hello", html=None), [Address(BUSY, platform="fcm")], calls
+    )
+    now = datetime.now(UTC)
+
+    outcome = conclude(notification=n, calls=calls, policy=s.policy, now=now)
+
+    assert (outcome.status, outcome.calls, outcome.error_code) == (Status.retrying, 1, "QUOTA_EXCEEDED")
+    assert outcome.not_before is not None and outcome.not_before >= now + timedelta(seconds=60)
