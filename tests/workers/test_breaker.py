@@ -169,3 +169,22 @@ def test_a_quota_refusal_answering_the_providers_probe_does_not_wedge_its_breake
     other.check()  # another tenant's push is the next probe, not refused for ever
     other.record(None)
     assert board.snapshot() == {"p-wedge": "closed"}
+
+
+def test_a_refused_tenant_takes_no_probe_from_the_providers_breaker() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    flooder, other = board.guard("p-order", "t1"), board.guard("p-order", "t2")
+    assert flooder is not None and other is not None
+    for _ in range(SETTINGS.min_calls):
+        flooder.shared.record(failed=True)  # the provider's breaker opens
+    clock.now_s += SETTINGS.cool_down_s - 1
+    for _ in range(SETTINGS.min_calls):
+        flooder.record(QUOTA)  # and t1's, a little before the provider's cool-down ends
+    clock.now_s += 1
+
+    with pytest.raises(CircuitOpen):
+        flooder.check()  # t1's own breaker refuses: the provider's probe is not spent on it
+    other.check()  # so another tenant's call is the provider's probe
+    other.record(None)
+    assert board.snapshot() == {"p-order": "closed"}
