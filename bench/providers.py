@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -88,19 +89,26 @@ async def httpx_sender(
     if isinstance(provider, FcmProvider):
         token = await provider.access_token()
         url = provider._url
-        body = {"message": {"token": message.to, "notification": {"title": "t", "body": message.body}}}
-        kwargs: dict[str, Any] = {"json": body, "headers": {"Authorization": f"Bearer {token}"}}
+        auth = {"Authorization": f"Bearer {token}"}
+        requests: list[dict[str, Any]] = [  # many devices, as the adapter's run
+            {"json": {"message": {"token": f"{i:064x}", "notification": {"title": "t", "body": message.body}}},
+             "headers": auth}
+            for i in range(1_000)
+        ]  # fmt: skip
     elif isinstance(provider, TwilioProvider):
         url = provider._url
         basic = httpx.BasicAuth(info["account_sid"], info["auth_token"])
-        kwargs = {"data": provider._form(message), "auth": basic}
+        requests = [{"data": provider._form(message), "auth": basic}]
     else:
         assert isinstance(provider, SendGridProvider)
         url = provider._url
-        kwargs = {"json": provider.body(message), "headers": {"Authorization": f"Bearer {info['api_key']}"}}
+        requests = [
+            {"json": provider.body(message), "headers": {"Authorization": f"Bearer {info['api_key']}"}}
+        ]
+    each = cycle(requests)
 
     async def send() -> None:
-        response = await client.post(url, **kwargs)
+        response = await client.post(url, **next(each))
         assert response.status_code < 300, response.text
 
     return send
@@ -137,6 +145,11 @@ async def measure(
     }
 
 
+def _to(name: str, i: int) -> dict[str, str]:
+    """The ``i``th device of a push provider (one token per device); the default address else."""
+    return {"to": f"{i:064x}"} if CHANNELS[name] is Channel.push else {}
+
+
 async def bench(
     name: str, sends: int, concurrency: int, apns_connections: int
 ) -> list[tuple[str, dict[str, float]]]:
@@ -144,10 +157,11 @@ async def bench(
     rows = []
     try:
         provider = build(name, info, concurrency, apns_connections)
-        message = make_message(CHANNELS[name])
+        # many devices, as real traffic: FCM (and its fake) refuses a device past 240 pushes a minute
+        messages = cycle(make_message(CHANNELS[name], **_to(name, i)) for i in range(1_000))
         adapter = f"h2 x{apns_connections}" if name == "apns" else "aiohttp"
         rows.append((f"{name} ({adapter})",
-                     await measure(lambda: provider.send(message), sends, concurrency, process.pid)))  # fmt: skip
+                     await measure(lambda: provider.send(next(messages)), sends, concurrency, process.pid)))  # fmt: skip
         if name != "apns":
             limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
             async with httpx.AsyncClient(limits=limits, timeout=30) as client:

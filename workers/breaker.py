@@ -13,12 +13,14 @@ States, per provider name:
 
 **A tenant's own breaker.** A quota the provider does not say is whose (``QuotaExceeded``: FCM's
 ``429 QUOTA_EXCEEDED`` for the project, one device or one topic alike) counts on a breaker of the
-sending tenant on that provider, never on the provider's: one tenant flooding one of its devices
-opens its own breaker and no one else's. A quota every tenant runs into opens each tenant's breaker
-after its own ``min_calls``. A tenant's breaker exists only while its window holds such a failure
-(it then counts all of that tenant's calls to the provider), so there are at most as many as
-tenants refused lately, and none is exported as a metric. ``RecipientThrottled`` (one device,
-named by the provider) counts on no breaker at all.
+sending tenant on that provider: one tenant flooding one of its devices opens its own breaker and
+no one else's. Once ``WIDESPREAD_TENANTS`` tenants are refused so within the window, the quota is
+taken for the provider's: its refusals count on the provider's breaker too, and the sender slows
+the provider's pacing (``Breakers.widespread``), so a project quota stops every tenant however
+little each sends. A tenant's breaker is dropped at its first call that leaves it closed with no
+such refusal in its window; there are at most as many as tenants refused lately, and none is
+exported as a metric. ``RecipientThrottled`` (one device, named by the provider) counts on no
+breaker at all.
 
 Breakers live in the worker process that makes the calls: in a deployment with several worker
 processes (or replicas) each has its own breakers, which open and close independently. The state is
@@ -31,9 +33,8 @@ from __future__ import annotations
 import random
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from clarion import metrics
@@ -41,6 +42,10 @@ from clarion.retry_settings import BreakerSettings
 from providers.errors import PermanentProviderError, QuotaExceeded, RecipientThrottled
 
 CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
+# Distinct tenants refused an unattributed quota within the window that make it the provider's: one
+# tenant cannot pose as several (operators create tenants), while one device of each of three
+# tenants flooded at once is as rare as it is short.
+WIDESPREAD_TENANTS = 3
 _GAUGE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
 
 
@@ -150,13 +155,16 @@ class CircuitBreaker:
 
 
 class Breakers:
-    """The breakers of one worker, one per provider name, created on first use."""
+    """The breakers of one worker: one per provider name, created on first use, and a tenant's own
+    on a provider while it is refused for quotas the provider does not say are whose."""
 
     def __init__(self, settings: BreakerSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self._clock = clock
         self._by_provider: dict[str, CircuitBreaker] = {}
         self._by_tenant: dict[tuple[str, str], CircuitBreaker] = {}
+        # provider -> tenants it refused with a QuotaExceeded in the last window_s, oldest first
+        self._quota_refused: dict[str, OrderedDict[str, float]] = {}
         _BOARDS.add(self)
 
     def for_provider(self, provider: str) -> CircuitBreaker | None:
@@ -168,10 +176,71 @@ class Breakers:
             breaker = self._by_provider[provider] = CircuitBreaker(provider, self.settings, clock=self._clock)
         return breaker
 
-    def guard(self, provider: str, tenant: str) -> Guard | None:
-        """The breakers a call of ``tenant`` to ``provider`` passes, or None when disabled."""
+    def check(self, provider: str, tenant: str) -> None:
+        """Return when ``tenant`` may call ``provider`` now, else raise ``CircuitOpen``; the
+        tenant's own breaker is asked first, so that a probe it grants is given back when the
+        provider's refuses (taken first, the provider's probe would never be answered)."""
         shared = self.for_provider(provider)
-        return None if shared is None else Guard(board=self, shared=shared, key=(provider, tenant))
+        if shared is None:
+            return
+        own = self._by_tenant.get((provider, tenant))
+        if own is not None:
+            own.check()
+        try:
+            shared.check()
+        except CircuitOpen:
+            if own is not None:
+                own.release()
+            raise
+
+    def record(self, provider: str, tenant: str, error: BaseException | None) -> None:
+        """Count one finished call of ``tenant`` to ``provider``: on the provider's breaker, a
+        transient failure that is not about one recipient; a ``QuotaExceeded`` on the tenant's own,
+        and on the provider's too once it is ``widespread``."""
+        shared = self.for_provider(provider)
+        if shared is None:
+            return
+        quota = isinstance(error, QuotaExceeded)
+        key = (provider, tenant)
+        own = self._by_tenant.get(key)
+        if quota and own is None:
+            own = self._by_tenant[key] = CircuitBreaker(
+                provider, self.settings, clock=self._clock, export=False
+            )
+        if own is not None:
+            own.record(failed=quota)
+            if own.quiet:
+                del self._by_tenant[key]
+        if quota and not self._refused_widely(provider, tenant):
+            # Not the provider's verdict, so no answer to the probe its breaker may have granted
+            # this call: give it back, or the breaker stays half-open with a probe in flight for ever.
+            shared.release()
+            return
+        shared.record(
+            failed=error is not None and not isinstance(error, PermanentProviderError | RecipientThrottled)
+        )
+
+    def widespread(self, provider: str) -> bool:
+        """``WIDESPREAD_TENANTS`` tenants or more were refused a quota by ``provider`` within the
+        window: the provider's own quota, as far as this worker can tell."""
+        refused = self._quota_refused.get(provider)
+        if not refused:
+            return False
+        horizon = self._clock() - self.settings.window_s
+        while refused and next(iter(refused.values())) < horizon:
+            refused.popitem(last=False)
+        return len(refused) >= WIDESPREAD_TENANTS
+
+    def _refused_widely(self, provider: str, tenant: str) -> bool:
+        refused = self._quota_refused.setdefault(provider, OrderedDict())
+        refused[tenant] = self._clock()
+        refused.move_to_end(tenant)
+        return self.widespread(provider)
+
+    def tenant_state(self, provider: str, tenant: str) -> str | None:
+        """The state of ``tenant``'s own breaker on ``provider``; None while it has none."""
+        own = self._by_tenant.get((provider, tenant))
+        return None if own is None else own.state
 
     def snapshot(self) -> dict[str, str]:
         """State per provider this worker has called."""
@@ -182,51 +251,6 @@ class Breakers:
         (its objects may outlive it: ``Worker.start`` freezes the GC, so a weak reference alone
         kept a stopped worker's half-open breaker in the merged view)."""
         _BOARDS.discard(self)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Guard:
-    """The breakers of one tenant's calls to one provider: the provider's, and the tenant's own."""
-
-    board: Breakers
-    shared: CircuitBreaker
-    key: tuple[str, str]  # (provider, tenant)
-
-    def check(self) -> None:
-        """As ``CircuitBreaker.check``, for both; the tenant's first, so that a probe it grants is
-        given back when the provider's breaker refuses."""
-        own = self.board._by_tenant.get(self.key)
-        if own is not None:
-            own.check()
-        try:
-            self.shared.check()
-        except CircuitOpen:
-            if own is not None:
-                own.release()
-            raise
-
-    def record(self, error: BaseException | None) -> None:
-        """Count one finished call: on the provider's breaker, a transient failure that is not a
-        refusal about one recipient or an unattributed quota; on the tenant's, a ``QuotaExceeded``."""
-        quota = isinstance(error, QuotaExceeded)
-        own = self.board._by_tenant.get(self.key)
-        if quota and own is None:
-            own = self.board._by_tenant[self.key] = CircuitBreaker(
-                self.key[0], self.board.settings, clock=self.board._clock, export=False
-            )
-        if own is not None:
-            own.record(failed=quota)
-            if own.quiet:
-                del self.board._by_tenant[self.key]
-        if quota:
-            # Not the provider's verdict, so no answer to the probe its breaker may have granted
-            # this call: give it back, or the breaker stays half-open with a probe in flight for ever.
-            self.shared.release()
-        else:
-            self.shared.record(
-                failed=error is not None
-                and not isinstance(error, PermanentProviderError | RecipientThrottled)
-            )
 
 
 _BOARDS: weakref.WeakSet[Breakers] = weakref.WeakSet()

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -22,11 +23,12 @@ from providers.base import Provider, RenderedMessage, SendResult
 from providers.errors import (
     InvalidRecipient,
     ProviderError,
+    QuotaExceeded,
     TransientProviderError,
 )
 from providers.registry import NoProviderConfigured, ProviderSet
 from schema.enums import Channel
-from workers.breaker import Breakers, CircuitOpen, Guard
+from workers.breaker import Breakers, CircuitOpen
 from workers.claim import ClaimedNotification
 from workers.conclude import Calls
 from workers.outcome import Attempt
@@ -102,8 +104,7 @@ class Sender:
                 calls.opened.append(exc)
             except ProviderError as exc:
                 calls.errors.append(exc)
-                if self.on_provider_error is not None:
-                    self.on_provider_error(exc)
+                self._report(exc)
                 if isinstance(exc, InvalidRecipient) and address.platform is not None:
                     await deactivate_device(
                         pool=self.pool,
@@ -111,6 +112,21 @@ class Sender:
                         token=address.to,
                         reason=f"{exc.provider} {exc.code}: {exc.message}",
                     )
+
+    def _report(self, error: ProviderError) -> None:
+        """Tell ``on_provider_error`` (the pacing) of a provider's refusal; a quota refusal the
+        provider does not say is whose, as the provider's own once several tenants are refused."""
+        if self.on_provider_error is None:
+            return
+        if isinstance(error, QuotaExceeded) and self.breakers and self.breakers.widespread(error.provider):
+            error = TransientProviderError(
+                error.message,
+                provider=error.provider,
+                code=error.code,
+                http_status=error.http_status,
+                retry_after_s=error.retry_after_s,
+            )
+        self.on_provider_error(error)
 
     async def _send_via(
         self, chain: list[Provider], message: RenderedMessage, n: ClaimedNotification, calls: Calls
@@ -122,13 +138,13 @@ class Sender:
         attempts = calls.attempts
         for i, provider in enumerate(chain):
             last = i == len(chain) - 1
-            guard = self.breakers.guard(provider.name, n.tenant_id) if self.breakers else None
+            board = self.breakers if self.breakers is not None and self.breakers.settings.enabled else None
             try:
                 result = await self.policy.run(
                     lambda p=provider: p.send(message),  # type: ignore[misc]
                     provider=provider.name,
-                    on_attempt=_attempt_recorder(n, message, provider.name, guard, attempts),
-                    before_attempt=guard.check if guard is not None else None,
+                    on_attempt=_attempt_recorder(n, message, provider.name, board, attempts),
+                    before_attempt=partial(board.check, provider.name, n.tenant_id) if board else None,
                     budget=self.policy.remaining(n.attempts + len(attempts)),
                 )
             except (CircuitOpen, TransientProviderError) as exc:
@@ -136,8 +152,7 @@ class Sender:
                     raise
                 if isinstance(exc, TransientProviderError):
                     calls.errors.append(exc)
-                    if self.on_provider_error is not None:
-                        self.on_provider_error(exc)
+                    self._report(exc)
                 log.info(
                     "%s unavailable (%s); failing over to %s",
                     provider.name,
@@ -201,17 +216,17 @@ def _attempt_recorder(
     n: ClaimedNotification,
     message: RenderedMessage,
     provider: str,
-    guard: Guard | None,
+    board: Breakers | None,
     attempts: list[Attempt],
 ) -> Callable[[datetime, datetime, BaseException | None], None]:
     """The ``on_attempt`` callback for one provider of the chain: every call becomes an ``Attempt``
-    numbered after the notification's earlier ones, and counts on the breakers ``guard`` holds."""
+    numbered after the notification's earlier ones, and counts on the worker's breakers."""
 
     def on_attempt(started: datetime, finished: datetime, error: BaseException | None) -> None:
         number = n.attempts + len(attempts) + 1
         attempts.append(attempt_row(n, number, provider, message.to, started, finished, error))
-        if guard is not None:
-            guard.record(error)
+        if board is not None:
+            board.record(provider, n.tenant_id, error)
 
     return on_attempt
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import defaultdict, deque
+from collections import Counter, deque
 from typing import Any
 
 import jwt
@@ -69,7 +69,8 @@ class FakeFcm(AiohttpFake):
         self.delivered: list[dict[str, Any]] = []  # accepted messages, not validate_only ones
         # FCM's per-device quota: past it, 429 QUOTA_EXCEEDED, the same answer as the project's
         self.device_quota_per_minute = device_quota_per_minute
-        self._device_sends: dict[str, deque[float]] = defaultdict(deque)
+        self._recent: deque[tuple[float, str]] = deque()  # (time, device) of the last minute's sends
+        self._per_device: Counter[str] = Counter()  # and how many each device had
 
     def service_account_info(self) -> dict[str, Any]:
         """A service-account key file for this fake (``token_uri`` is the fake's token endpoint)."""
@@ -95,7 +96,8 @@ class FakeFcm(AiohttpFake):
 
     def use_up_device_quota(self, token: str) -> None:
         """Device ``token`` has had its minute's quota of pushes: the next ones get QUOTA_EXCEEDED."""
-        self._device_sends[token].extend([time.monotonic()] * self.device_quota_per_minute)
+        self._recent.extend([(time.monotonic(), token)] * self.device_quota_per_minute)
+        self._per_device[token] += self.device_quota_per_minute
 
     def expire_access_tokens(self) -> None:
         """Every access token issued so far is now refused with 401 UNAUTHENTICATED."""
@@ -155,12 +157,16 @@ class FakeFcm(AiohttpFake):
 
     def _over_device_quota(self, target: str) -> bool:
         """Count one send to ``target`` in its last minute; True past the quota (not counted)."""
-        sends, now = self._device_sends[target], time.monotonic()
-        while sends and sends[0] <= now - 60:
-            sends.popleft()
-        if len(sends) >= self.device_quota_per_minute:
+        horizon = time.monotonic() - 60
+        while self._recent and self._recent[0][0] <= horizon:
+            device = self._recent.popleft()[1]
+            self._per_device[device] -= 1
+            if not self._per_device[device]:
+                del self._per_device[device]
+        if self._per_device[target] >= self.device_quota_per_minute:
             return True
-        sends.append(now)
+        self._recent.append((time.monotonic(), target))
+        self._per_device[target] += 1
         return False
 
     async def _send(self, request: web.Request) -> web.StreamResponse:

@@ -110,81 +110,98 @@ def test_breaker_states_report_every_provider_of_the_process() -> None:
 QUOTA = QuotaExceeded("429 QUOTA_EXCEEDED", provider="p-quota", code="QUOTA_EXCEEDED", http_status=429)
 
 
+def shared(board: Breakers, provider: str) -> CircuitBreaker:
+    breaker = board.for_provider(provider)
+    assert breaker is not None
+    return breaker
+
+
 def test_a_tenants_breaker_lives_only_while_its_quota_refusals_do() -> None:
     clock = Clock()
     board = Breakers(SETTINGS, clock=clock)
-    guard = board.guard("p-quota", "t1")
-    assert guard is not None
-    guard.record(None)
-    assert board._by_tenant == {}  # a tenant never refused has no breaker of its own
+    board.record("p-quota", "t1", None)
+    assert board.tenant_state("p-quota", "t1") is None  # a tenant never refused has none of its own
     for _ in range(SETTINGS.min_calls):
-        guard.check()
-        guard.record(QUOTA)
+        board.check("p-quota", "t1")
+        board.record("p-quota", "t1", QUOTA)
     with pytest.raises(CircuitOpen):
-        guard.check()
-    board.guard("p-quota", "t2").check()  # type: ignore[union-attr]  # another tenant: not refused
+        board.check("p-quota", "t1")
+    board.check("p-quota", "t2")  # another tenant: not refused
 
     clock.now_s += SETTINGS.cool_down_s
-    guard.check()  # the probe
-    guard.record(None)
+    board.check("p-quota", "t1")  # the probe
+    board.record("p-quota", "t1", None)
 
-    assert board._by_tenant == {}  # closed again and forgotten: one entry per tenant refused lately
+    assert board.tenant_state("p-quota", "t1") is None  # closed again and forgotten
     assert board.snapshot() == {"p-quota": "closed"}
 
 
 def test_a_tenants_probe_is_given_back_when_the_providers_breaker_refuses() -> None:
     clock = Clock()
     board = Breakers(SETTINGS, clock=clock)
-    guard = board.guard("p-both", "t1")
-    assert guard is not None
     for _ in range(SETTINGS.min_calls):
-        guard.record(QUOTA)  # opens t1's breaker
+        board.record("p-both", "t1", QUOTA)  # opens t1's breaker
     clock.now_s += SETTINGS.cool_down_s - 1
     for _ in range(SETTINGS.min_calls):
-        guard.shared.record(failed=True)  # and the provider's, a second later
+        shared(board, "p-both").record(failed=True)  # and the provider's, a second later
 
     clock.now_s += 1  # t1's cool-down is over, not the provider's
     with pytest.raises(CircuitOpen):
-        guard.check()
+        board.check("p-both", "t1")
     clock.now_s += SETTINGS.cool_down_s
 
-    guard.check()  # both half-open: t1's probe was given back, so this call is it
-    guard.record(None)
-    assert board._by_tenant == {} and guard.shared.state == "closed"
+    board.check("p-both", "t1")  # both half-open: t1's probe was given back, so this call is it
+    board.record("p-both", "t1", None)
+    assert board.tenant_state("p-both", "t1") is None and board.snapshot() == {"p-both": "closed"}
 
 
 def test_a_quota_refusal_answering_the_providers_probe_does_not_wedge_its_breaker() -> None:
     clock = Clock()
     board = Breakers(SETTINGS, clock=clock)
-    flooder, other = board.guard("p-wedge", "t1"), board.guard("p-wedge", "t2")
-    assert flooder is not None and other is not None
     for _ in range(SETTINGS.min_calls):
-        flooder.shared.record(failed=True)  # an outage opens the provider's breaker
+        shared(board, "p-wedge").record(failed=True)  # an outage opens the provider's breaker
     clock.now_s += SETTINGS.cool_down_s
 
-    flooder.check()  # t1's push is the provider's probe; FCM answers it for t1's busy device
-    flooder.record(QUOTA)
+    board.check("p-wedge", "t1")  # t1's push is the provider's probe; FCM answers it for t1's busy device
+    board.record("p-wedge", "t1", QUOTA)
 
     clock.now_s += 0.1
-    other.check()  # another tenant's push is the next probe, not refused for ever
-    other.record(None)
+    board.check("p-wedge", "t2")  # another tenant's push is the next probe, not refused for ever
+    board.record("p-wedge", "t2", None)
     assert board.snapshot() == {"p-wedge": "closed"}
 
 
 def test_a_refused_tenant_takes_no_probe_from_the_providers_breaker() -> None:
     clock = Clock()
     board = Breakers(SETTINGS, clock=clock)
-    flooder, other = board.guard("p-order", "t1"), board.guard("p-order", "t2")
-    assert flooder is not None and other is not None
     for _ in range(SETTINGS.min_calls):
-        flooder.shared.record(failed=True)  # the provider's breaker opens
+        shared(board, "p-order").record(failed=True)  # the provider's breaker opens
     clock.now_s += SETTINGS.cool_down_s - 1
     for _ in range(SETTINGS.min_calls):
-        flooder.record(QUOTA)  # and t1's, a little before the provider's cool-down ends
+        board.record("p-order", "t1", QUOTA)  # and t1's, a little before the provider's cool-down ends
     clock.now_s += 1
 
     with pytest.raises(CircuitOpen):
-        flooder.check()  # t1's own breaker refuses: the provider's probe is not spent on it
-    other.check()  # so another tenant's call is the provider's probe
-    other.record(None)
+        board.check("p-order", "t1")  # t1's own breaker refuses: the provider's probe is not spent on it
+    board.check("p-order", "t2")  # so another tenant's call is the provider's probe
+    board.record("p-order", "t2", None)
     assert board.snapshot() == {"p-order": "closed"}
+
+
+def test_a_quota_refusing_three_tenants_within_the_window_is_the_providers() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    for tenant in ("t1", "t2"):  # two tenants, each refused below its own min_calls
+        board.record("p-wide", tenant, QUOTA)
+    assert not board.widespread("p-wide")
+    for _ in range(SETTINGS.min_calls):
+        board.record("p-wide", "t1", QUOTA)  # one tenant refused again and again is its own
+    assert board.snapshot() == {"p-wide": "closed"} and not board.widespread("p-wide")
+
+    for tenant in ("t3", "t4", "t5", "t6"):  # a third tenant within the window: the provider's
+        board.record("p-wide", tenant, QUOTA)
+
+    assert board.widespread("p-wide")
+    assert board.snapshot() == {"p-wide": "open"}  # every tenant stops, however little each sent
+    clock.now_s += SETTINGS.window_s + 1
+    assert not board.widespread("p-wide")  # the refusals have left the window

@@ -87,18 +87,23 @@ async def test_one_tenants_flood_to_its_device_stops_that_tenant_and_no_other(
     assert len(own_other_device.opened) == 1 and own_other_device.results == []
 
 
-async def test_a_quota_every_tenant_runs_into_stops_each_tenant_after_its_own_min_calls(
+async def test_a_quota_every_tenant_runs_into_stops_every_tenant_and_slows_the_pace(
     fcm: tuple[FakeFcm, Sender, AdaptivePacing],
 ) -> None:
+    """Three tenants refused within the breaker's window make it the project's quota: before, 200
+    tenants each sending fewer than ``min_calls`` pushes a window were never stopped (1,800 calls
+    a window, the pace unchanged; a review's measurement)."""
     fake, s, pacing = fcm
-    fake.force_rate_limit(100, retry_after_s=60)  # the project's quota: every push refused
+    fake.force_rate_limit(1000, retry_after_s=60)  # the project's quota: every push refused
+    tenants = [f"t-{i}" for i in range(40)]
 
-    results = {t: [await push(s, t, f"{t}-device-{i}") for i in range(15)] for t in ("t-a", "t-b")}
+    results = [await push(s, t, f"{t}-device-{i}") for i in range(3) for t in tenants]
 
-    assert len(fake.sent("messages:send")) == 2 * MIN_CALLS  # then each tenant's breaker refuses
-    for calls in results.values():
-        assert [bool(c.opened) for c in calls] == [False] * MIN_CALLS + [True] * 5
-    assert pacing.factor("fcm") == 1.0
+    # t-0, t-1 and t-2 refused: then the provider's breaker counts them, opening at its 10th
+    assert len(fake.sent("messages:send")) == MIN_CALLS + 2
+    assert all(c.opened for c in results[MIN_CALLS + 2 :])
+    assert s.breakers is not None and s.breakers.snapshot() == {"fcm": "open"}
+    assert pacing.factor("fcm") == 0.5
 
 
 async def test_a_tenants_quota_refusal_answering_the_providers_probe_leaves_fcm_to_every_tenant(
