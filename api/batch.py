@@ -16,7 +16,7 @@ from api.errors import ApiError, error_body, is_unstorable_value, validation_err
 from api.models import BatchItemOut, NotificationIn
 from api.submission import AcceptResult, Submission
 from clarion.tenants import Principal
-from core.render import TURN_WAIT_S, Renderer, RenderError, RequestBudget
+from core.render import Renderer, RenderError, RequestBudget
 
 # One render budget for the whole request, not one per item: 20 items each spending the 200 ms
 # per-render limit froze the API for 14 s before renders ran off the loop, and 1,000 would take
@@ -60,10 +60,8 @@ async def accept_batch(
         except ValidationError as exc:
             refused[index] = validation_error(exc.errors(include_url=False))
     async with contextlib.AsyncExitStack() as stack:
-        try:  # the items render back to back (Renderer.turn); waiting for it is render time
-            await stack.enter_async_context(
-                renderer.turn(principal.tenant_id, wait_s=TURN_WAIT_S, budget=budget)
-            )
+        try:  # the items render back to back (Renderer.accept_turn); waiting for it is render time
+            await stack.enter_async_context(renderer.accept_turn(principal.tenant_id, budget=budget))
         except RenderError as exc:
             raise render_error(exc) from None
         decisions = await accept_isolated(

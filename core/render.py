@@ -6,6 +6,8 @@ What one render guarantees and bounds (sandbox, limits, the missing variable's n
 - never on the event loop for long: ``render_async`` runs a render on the render threads, unless
   its sources rendered in under ``CHEAP_MS`` last time (then within ``INLINE_MS`` on the loop);
 - one render of a tenant at a time on those threads (``turn``), so one tenant holds at most one;
+  a caller that cannot wait long for it asks for a bounded wait and gets ``TurnNotReady`` past it
+  (``accept_turn`` refuses the request then; the worker defers the send, ``workers/content.py``);
 - at accept time, within ``RENDER_CPU_SHARE`` of a core per tenant: past its burst a tenant is
   refused, and a tenant owing render CPU renders in the render box (``core/render_box.py``);
 - a ``RequestBudget`` shares one CPU budget between every render of a request (a batch).
@@ -17,19 +19,20 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
 from core.render_box import RenderBox
-from core.render_errors import Part, RenderError, RenderErrorCode
+from core.render_errors import Part, RenderError, RenderErrorCode, TurnNotReady
 from core.render_limits import limit_error
 from core.render_template import CompiledTemplate, TemplateRenderer
 from core.render_types import RenderedContent, RequestBudget
 
 __all__ = [
     "CompiledTemplate", "Part", "RenderError", "RenderErrorCode", "RenderedContent", "Renderer", "RequestBudget",
+    "TurnNotReady",
 ]  # fmt: skip
 
 
@@ -143,7 +146,8 @@ class Renderer(TemplateRenderer):
                 del self._debts[name]
         debt = self._debts.setdefault(tenant or "", _CpuDebt())
         _may_render(debt if cpu_share else None, budget)
-        async with self.turn(tenant or "", wait_s=TURN_WAIT_S if cpu_share else None, budget=budget):
+        turn = self.accept_turn if cpu_share else self.turn
+        async with turn(tenant or "", budget=budget):
             # Checked again with the turn: a render that waited for it must not run once the
             # request's budget or the tenant's share was spent meanwhile.
             _may_render(debt if cpu_share else None, budget)
@@ -213,8 +217,8 @@ class Renderer(TemplateRenderer):
         Re-entrant within a task: a batch holds its tenant's turn for all its items, so its items
         do not queue one by one behind the tenant's other requests (20 loop bombs in a batch took
         5-10 s that way while the tenant's other requests rendered between them). With ``wait_s``,
-        raises ``RenderError`` (``render_limit``) when the turn did not come within that. With
-        ``budget``, the wait for the turn is render time (``RequestBudget.rendering``)."""
+        raises ``TurnNotReady`` when the turn did not come within that (on entry only: nothing was
+        rendered). With ``budget``, the wait for the turn is render time (``RequestBudget.rendering``)."""
         held = _HELD_TURNS.get()
         if tenant in held:
             yield
@@ -230,9 +234,7 @@ class Renderer(TemplateRenderer):
                     async with asyncio.timeout(wait_s):
                         await turn.lock.acquire()
             except TimeoutError:
-                raise limit_error(
-                    "this tenant's earlier templates are still rendering; retry in a few seconds"
-                ) from None
+                raise TurnNotReady(tenant, wait_s or 0.0) from None
             try:
                 token = _HELD_TURNS.set(held | {tenant})
                 try:
@@ -245,6 +247,19 @@ class Renderer(TemplateRenderer):
             turn.waiting -= 1
             if turn.waiting == 0:
                 self._turns.pop(tenant, None)  # no entry outlives its last render
+
+    @asynccontextmanager
+    async def accept_turn(self, tenant: str, *, budget: RequestBudget | None = None) -> AsyncIterator[None]:
+        """``turn`` as a request takes it: waited for at most ``TURN_WAIT_S``, past which the request
+        is refused with ``RenderError`` ``render_limit`` (a 422 it may retry), not held longer."""
+        async with AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(self.turn(tenant, wait_s=TURN_WAIT_S, budget=budget))
+            except TurnNotReady:
+                raise limit_error(
+                    "this tenant's earlier templates are still rendering; retry in a few seconds"
+                ) from None
+            yield
 
     async def start_box(self) -> None:
         """Start the render box's process ahead of its first use (the API does, at start-up)."""

@@ -1,4 +1,14 @@
-"""The one error a render raises, the codes that say why, and the name of the variable it missed.
+"""What a render raises, the codes that say why, and the name of the variable it missed.
+
+    Exception
+     +-- RenderError    the content does not render: ``code`` says why (a 422 at accept, a
+     |                  ``failed`` send at the worker)
+     +-- TurnNotReady   the tenant's turn at the render threads did not come in time: nothing
+                        was rendered and nothing is wrong with the content (accept answers
+                        ``render_limit``, retry later; the worker defers the send to a later batch)
+
+``TurnNotReady`` is not a ``RenderError`` on purpose: every ``except RenderError`` fails the send
+or refuses the request for its content, and a send that only has to wait must not be failed.
 
 A template reading a variable ``data`` lacks fails with ``missing_variable`` and that variable's
 name: ``order_id``, or the dotted path ``user.name`` / ``items[0].sku`` when the source spells the
@@ -47,6 +57,16 @@ class RenderError(Exception):
 
     def __repr__(self) -> str:
         return f"RenderError(code={self.code!r}, message={self.message!r}, variable={self.variable!r})"
+
+
+class TurnNotReady(Exception):
+    """``tenant``'s turn at the render threads did not come within the wait asked for
+    (``Renderer.turn(wait_s=...)``): its earlier renders still hold it. Nothing was rendered."""
+
+    def __init__(self, tenant: str, wait_s: float) -> None:
+        super().__init__(f"tenant {tenant!r}'s earlier renders held its turn for more than {wait_s} s")
+        self.tenant = tenant
+        self.wait_s = wait_s
 
 
 def attribute_paths(tree: nodes.Template) -> tuple[tuple[str | int, ...], ...]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from harness.services import ApiServer
-from tests.conftest import Stack, make_tenant
+from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.delivery import sandbox_for, status_of, wait_status
+from tests.fixtures.render_turn import turn_held
 from tests.fixtures.sends import email_send
 
 
@@ -34,6 +36,18 @@ async def test_batch_accepts_each_item_on_its_own(stack: Stack, client: httpx.As
     assert results[3]["duplicate"] is True and results[3]["id"] == results[0]["id"]
     await wait_status(client, results[0]["id"], "sent")
     assert len(await sandbox_for(client, results[0]["id"])) == 1
+
+
+async def test_a_batch_whose_tenants_render_turn_does_not_come_is_refused_for_a_retry(
+    api: ApiServer, client: httpx.AsyncClient, tenant: TenantInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The renderer's turn now says ``TurnNotReady`` when it does not come in time, which is no
+    ``RenderError``: the batch still answers the 422 a client may retry, not a 500."""
+    monkeypatch.setattr("core.render.TURN_WAIT_S", 0.2)
+    async with turn_held(api.app.state.renderer, tenant.id):
+        response = await client.post("/v1/notifications/batch", json={"notifications": [email_send()]})
+    error = assert_error(response, 422, "template_render_limit")
+    assert "still rendering" in error["message"]
 
 
 async def test_batch_over_1000_items_is_refused(client: httpx.AsyncClient) -> None:

@@ -11,7 +11,7 @@ import pytest
 from clarion.settings import Settings
 from core.render import OWING_S, THREAD_SLICE_MS, Renderer, RequestBudget
 from core.render_box import RenderBox
-from core.render_errors import RenderError
+from core.render_errors import RenderError, TurnNotReady
 from harness.services import ApiServer, wait_until
 from tests.fixtures.hostile_templates import HOSTILE
 from tests.fixtures.render_turn import turn_held
@@ -161,6 +161,23 @@ async def test_the_api_starts_its_render_box_with_itself_and_stops_it_with_itsel
     assert box_pid(renderer) is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_a_turn_not_come_within_its_wait_raises_turn_not_ready_which_is_no_render_error() -> None:
+    """Every ``except RenderError`` fails a send or refuses content: a render that only has to wait
+    for its turn must not be taken for one that does not render."""
+    renderer = Renderer()
+    async with turn_held(renderer, "b") as release:
+        with pytest.raises(TurnNotReady) as caught:
+            async with renderer.turn("b", wait_s=0.05):
+                pytest.fail("entered a turn another task holds")
+        assert not isinstance(caught.value, RenderError)
+        assert (caught.value.tenant, caught.value.wait_s) == ("b", 0.05)
+        assert renderer._turns["b"].waiting == 1, "the one that gave up waits no more"
+        release.set()
+    async with renderer.turn("b", wait_s=0.05):
+        pass  # free again: given up on, the wait took nothing
+    assert renderer._turns == {}
 
 
 async def test_at_accept_a_render_waiting_too_long_for_its_tenants_turn_is_refused_a_worker_waits(
