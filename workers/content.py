@@ -12,21 +12,19 @@ instead of keeping everyone else's outcomes, and the next batch, waiting for the
 sends of one tenant with legal 140 ms templates, due at once, held a batch for 22 s, and another
 tenant's SMS sent a second later took 23 s instead of 0.9 s (a helper's probe, 2026-11-28). The
 deferred are booked one render apart after the tenant's last deferred one, at the pace its renders
-hold the turn here, so a backlog is not claimed and recorded again and again. The wait is bounded in
-a turn of the worker's own around the renderer's, whose turns wait without bound when
-``cpu_share`` is off, as it is here.
+hold the turn here, so a backlog is not claimed and recorded again and again. The wait is the
+renderer's own turn, asked for with a bound (``Renderer.turn(wait_s=...)``, ``TurnNotReady`` past
+it); the render inside re-enters that turn (``cpu_share`` off waits without bound, and need not).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack
 
 import asyncpg
 
-from core.render import RenderedContent, Renderer, RenderError
+from core.render import RenderedContent, Renderer, RenderError, TurnNotReady
 from core.templates import resolve_template
 from workers.claim import ClaimedNotification
 from workers.email_tracking import EmailTracking
@@ -48,12 +46,6 @@ class RenderDeferred(Exception):
         self.after_s = after_s
 
 
-class _Turn:
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.waiting = 0
-
-
 class Content:
     """Renders claimed notifications of one worker; caches the stored templates it used."""
 
@@ -70,7 +62,6 @@ class Content:
         self.tracking = tracking  # Clarion's own email tracking (workers/email_tracking.py)
         self.turn_wait_s = turn_wait_s
         self._templates: dict[tuple[str, str, str, str | None, int | None], Source] = {}
-        self._turns: dict[str, _Turn] = {}
         self._booked: dict[str, float] = {}  # tenant -> when its last deferred render is booked for
         # tenant -> how long its renders hold the turn, smoothed and capped; kept between batches
         # (a review: learnt per batch, a backlog whose first render held the turn came back all at
@@ -81,10 +72,18 @@ class Content:
         """The rendered content; raises ``RenderError`` (also when the template is gone), or
         ``RenderDeferred`` when the tenant's turn did not come within ``turn_wait_s``."""
         subject, body, html, track = await self._source(n)
-        async with self._turn(n.tenant_id):
-            content = await self.renderer.render_async(
-                subject=subject, body=body, html=html, data=n.data, tenant=n.tenant_id, cpu_share=False
-            )
+        async with AsyncExitStack() as stack:
+            try:  # on entry only: once the turn is held, the render's own faults are its own
+                await stack.enter_async_context(self.renderer.turn(n.tenant_id, wait_s=self.turn_wait_s))
+            except TurnNotReady:
+                raise self._deferral(n.tenant_id) from None
+            started = time.monotonic()
+            try:
+                content = await self.renderer.render_async(
+                    subject=subject, body=body, html=html, data=n.data, tenant=n.tenant_id, cpu_share=False
+                )
+            finally:
+                self._paced(n.tenant_id, held_s=time.monotonic() - started)
         if (
             self.tracking is not None
             and html is not None
@@ -93,48 +92,33 @@ class Content:
             content = self.tracking.apply(n, content)
         return content
 
-    @asynccontextmanager
-    async def _turn(self, tenant: str) -> AsyncIterator[None]:
-        """The tenant's turn at rendering in this worker, waited for at most ``turn_wait_s``."""
-        turn = self._turns.setdefault(tenant, _Turn())
-        turn.waiting += 1
-        try:
-            try:
-                async with asyncio.timeout(self.turn_wait_s):
-                    await turn.lock.acquire()
-            except TimeoutError:
-                # Booked one render after the tenant's last deferred one (at least MIN_DEFER_S
-                # from now, the bookings at most MAX_DEFER_S ahead). Deferred all alike (1 s), a
-                # backlog came back together and was deferred again and again, each time a claim
-                # and a record of the row on the shared database; spaced by the deferrals made
-                # so far, two lanes' overlapping batches drifted hours out (two reviews). A
-                # review's simulation (1,000 rows of 140 ms renders due at once, batches of 500):
-                # 19.7 claims a row deferred alike, 6.8 by deferrals made, 2.2 booked; 4,000
-                # rows: 3,891 and 3,799 sent in 1,200 s, all 4,000 booked in 736 s.
-                now = time.monotonic()
-                last = min(self._booked.get(tenant, now), now + MAX_DEFER_S)
-                booked = max(last, now + MIN_DEFER_S) + self._pace.get(tenant, RENDER_PACE_CAP_S)
-                self._booked[tenant] = booked
-                if len(self._booked) > 10_000:  # bookings passed hold nothing
-                    self._booked = {t: at for t, at in self._booked.items() if at > now}
-                raise RenderDeferred(tenant, min(MAX_DEFER_S, booked - now)) from None
-            started = time.monotonic()
-            try:
-                yield
-            finally:
-                # Wall time, which a render waiting for a thread or the box stretches: capped at
-                # what one render may spend (a review: one 1.2 s wait made every later deferral of
-                # the batch ~10x too long when only the last render counted).
-                held_s = min(time.monotonic() - started, RENDER_PACE_CAP_S)
-                pace = self._pace.get(tenant)
-                self._pace[tenant] = held_s if pace is None else 0.8 * pace + 0.2 * held_s
-                if len(self._pace) > 10_000:  # a tenant with nothing booked starts from the cap again
-                    self._pace = {t: pace for t, pace in self._pace.items() if t in self._booked}
-                turn.lock.release()
-        finally:
-            turn.waiting -= 1
-            if turn.waiting == 0:
-                self._turns.pop(tenant, None)
+    def _deferral(self, tenant: str) -> RenderDeferred:
+        """``tenant``'s next render deferred: booked one render after its last deferred one (at
+        least ``MIN_DEFER_S`` from now, the bookings at most ``MAX_DEFER_S`` ahead)."""
+        # Deferred all alike (1 s), a backlog came back together and was deferred again and again,
+        # each time a claim and a record of the row on the shared database; spaced by the
+        # deferrals made so far, two lanes' overlapping batches drifted hours out (two reviews). A
+        # review's simulation (1,000 rows of 140 ms renders due at once, batches of 500): 19.7
+        # claims a row deferred alike, 6.8 by deferrals made, 2.2 booked; 4,000 rows: 3,891 and
+        # 3,799 sent in 1,200 s, all 4,000 booked in 736 s.
+        now = time.monotonic()
+        last = min(self._booked.get(tenant, now), now + MAX_DEFER_S)
+        booked = max(last, now + MIN_DEFER_S) + self._pace.get(tenant, RENDER_PACE_CAP_S)
+        self._booked[tenant] = booked
+        if len(self._booked) > 10_000:  # bookings passed hold nothing
+            self._booked = {t: at for t, at in self._booked.items() if at > now}
+        return RenderDeferred(tenant, min(MAX_DEFER_S, booked - now))
+
+    def _paced(self, tenant: str, *, held_s: float) -> None:
+        """Learn ``tenant``'s pace from one render that held its turn for ``held_s``."""
+        # Wall time, which a render waiting for a thread or the box stretches: capped at what one
+        # render may spend (a review: one 1.2 s wait made every later deferral of the batch ~10x
+        # too long when only the last render counted).
+        held_s = min(held_s, RENDER_PACE_CAP_S)
+        pace = self._pace.get(tenant)
+        self._pace[tenant] = held_s if pace is None else 0.8 * pace + 0.2 * held_s
+        if len(self._pace) > 10_000:  # a tenant with nothing booked starts from the cap again
+            self._pace = {t: pace for t, pace in self._pace.items() if t in self._booked}
 
     async def _source(self, n: ClaimedNotification) -> Source:
         if n.content is not None:

@@ -13,24 +13,29 @@ from typing import Any
 
 import pytest
 
-from core.render import RenderedContent
+from core.render import RenderedContent, Renderer
+from tests.fixtures.render_turn import turn_held
 from tests.workers.test_isolation import build, by_event, row
 from workers.content import MAX_DEFER_S, RENDER_PACE_CAP_S, Content, RenderDeferred
 from workers.recipients import Address
 
 
-class HeldRenderer:
-    """Renders tenant ``t-b``'s templates only once ``release`` is set; others at once."""
+class HeldRenderer(Renderer):
+    """The real renderer, whose renders of tenant ``t-b`` go on only once ``release`` is set:
+    while one waits, it holds t-b's turn (the renderer's own, which the worker entered for it)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.release = asyncio.Event()
         self.entered = asyncio.Event()  # a render of t-b holds the turn
 
-    async def render_async(self, *, tenant: str | None = None, **_: Any) -> RenderedContent:
+    async def render_async(self, *, tenant: str | None = None, **kwargs: Any) -> RenderedContent:
         if tenant == "t-b":
+            turn = self._turns.get("t-b")
+            assert turn is not None and turn.lock.locked(), "a render runs within its tenant's turn"
             self.entered.set()
             await self.release.wait()
-        return RenderedContent(subject=None, body="hello", html=None)
+        return await super().render_async(tenant=tenant, **kwargs)
 
 
 class CountingContent(Content):
@@ -100,7 +105,7 @@ async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> No
     waits, content = await deferrals_behind_a_held_render(5, pace_s=0.4)
     # Booked one render after the last (a second from now at the soonest), not all alike at 1 s.
     assert waits == pytest.approx([1.4, 1.8, 2.2, 2.6, 3.0], abs=0.05)
-    assert content._turns == {}  # nobody waits: nothing kept
+    assert content.renderer._turns == {}  # nobody waits: nothing kept
 
 
 async def test_bookings_stay_within_max_defer_s_however_many_were_deferred() -> None:
@@ -117,3 +122,18 @@ async def test_before_any_render_was_timed_deferrals_are_booked_at_the_cap_not_a
     cap = RENDER_PACE_CAP_S
     assert waits == pytest.approx([1 + cap, 1 + 2 * cap, 1 + 3 * cap], abs=0.05)
     assert content._pace["t-b"] <= cap  # the held render is timed, capped, and kept for the next batch
+
+
+async def test_a_render_waiting_for_the_renderers_own_turn_is_deferred() -> None:
+    """One turn: the worker's bound is on the renderer's turn itself. With a turn of the worker's
+    own around the renderer's, the bound covered the outer one only, and whatever else held the
+    renderer's turn for the tenant held the worker's render without bound (this test holds it
+    directly; nothing in the worker does today)."""
+    renderer = Renderer()
+    content = Content(pool=None, renderer=renderer, turn_wait_s=0.05)  # type: ignore[arg-type]
+    async with turn_held(renderer, "t-b") as release:
+        with pytest.raises(RenderDeferred):
+            await asyncio.wait_for(content.render(row("b-1", tenant_id="t-b")), 5)
+        release.set()
+    assert (await content.render(row("b-2", tenant_id="t-b"))).body == "Your code is 42"
+    assert renderer._turns == {}
