@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 
@@ -21,6 +22,7 @@ from harness.fakes.fcm import FakeFcm
 from providers.fcm import FcmProvider
 from providers.registry import ProviderSet
 from schema.enums import Channel, Status
+from tests.fixtures import pushes
 from tests.fixtures.claimed import claimed
 from tests.fixtures.provider_settings import fcm_settings
 from workers.breaker import Breakers
@@ -54,15 +56,7 @@ async def fcm() -> AsyncIterator[tuple[FakeFcm, Sender, AdaptivePacing]]:
         await provider.aclose()
 
 
-async def push(s: Sender, tenant: str, device: str) -> Calls:
-    calls = Calls()
-    await s.send(
-        claimed(channel=Channel.push, tenant_id=tenant, id=uuid.uuid4()),
-        RenderedContent(subject="hi", body="hello", html=None),
-        [Address(device, platform="fcm")],
-        calls,
-    )
-    return calls
+push = partial(pushes.push, platform="fcm")
 
 
 async def test_one_tenants_flood_to_its_device_stops_that_tenant_and_no_other(

@@ -9,18 +9,15 @@ the first tenant's rescheduled pushes, failing again), where they took 0.22 s al
 
 from __future__ import annotations
 
-import uuid
+from functools import partial
 
 from clarion.retry_settings import BreakerSettings
-from core.render import RenderedContent
 from providers.base import RenderedMessage, SendResult
 from providers.errors import RecipientThrottled
 from providers.registry import ProviderSet
 from schema.enums import Channel
-from tests.fixtures.claimed import claimed
+from tests.fixtures import pushes
 from workers.breaker import Breakers
-from workers.conclude import Calls
-from workers.recipients import Address
 from workers.retry import RetryPolicy
 from workers.send import Sender
 from workers.throttle import AdaptivePacing
@@ -62,15 +59,7 @@ def sender(provider: OneDeviceBusy, **hooks: object) -> Sender:
     )
 
 
-async def push(s: Sender, tenant: str, device: str) -> Calls:
-    calls = Calls()
-    await s.send(
-        claimed(channel=Channel.push, tenant_id=tenant, id=uuid.uuid4()),
-        RenderedContent(subject="hi", body="hello", html=None),
-        [Address(device, platform="apns")],
-        calls,
-    )
-    return calls
+push = partial(pushes.push, platform="apns")
 
 
 async def test_one_tenants_pushes_to_a_throttled_device_leave_the_breaker_closed_for_another() -> None:
