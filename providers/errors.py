@@ -80,8 +80,9 @@ class QuotaExceeded(TransientProviderError):
     for the project's message rate, one device's (240 a minute) and one topic's. Retried later like
     any transient error. The worker charges it to the tenant whose send it was, on that tenant's own
     breaker for the provider (``workers.breaker``), and it slows no pacing: one tenant flooding one
-    of its devices must not stop every tenant's pushes, while a quota every tenant runs into still
-    stops each of them."""
+    of its devices must not stop every tenant's pushes. Once several tenants are refused so within
+    the breaker's window, each on a device of its own, it is taken for the provider's quota: it
+    counts on the provider's breaker and slows the pacing (``Breakers.widespread``)."""
 
 
 class PermanentProviderError(ProviderError):

@@ -14,13 +14,15 @@ States, per provider name:
 **A tenant's own breaker.** A quota the provider does not say is whose (``QuotaExceeded``: FCM's
 ``429 QUOTA_EXCEEDED`` for the project, one device or one topic alike) counts on a breaker of the
 sending tenant on that provider: one tenant flooding one of its devices opens its own breaker and
-no one else's. Once ``WIDESPREAD_TENANTS`` tenants are refused so within the window, the quota is
-taken for the provider's: its refusals count on the provider's breaker too, and the sender slows
-the provider's pacing (``Breakers.widespread``), so a project quota stops every tenant however
-little each sends. A tenant's breaker is dropped at its first call that leaves it closed with no
-such refusal in its window; there are at most as many as tenants refused lately, and none is
-exported as a metric. ``RecipientThrottled`` (one device, named by the provider) counts on no
-breaker at all.
+no one else's. Once ``WIDESPREAD_TENANTS`` tenants are refused so within the window, each on a device
+no one was refused on in the window before, the quota is taken for the provider's: its refusals
+count on the provider's breaker too, and the sender slows the provider's pacing
+(``Breakers.widespread``), so a project quota stops every tenant however little each sends. A
+device refused again counts for no tenant: tenants push to the same users' phones, so one tenant
+flooding a phone gets the others' pushes to it refused too (counted, three made it the provider's).
+A tenant's breaker is dropped at its first call that leaves it closed with no such refusal in its
+window; there are at most as many as tenants refused lately, and none is exported as a metric.
+``RecipientThrottled`` (one device, named by the provider) counts on no breaker at all.
 
 Breakers live in the worker process that makes the calls: in a deployment with several worker
 processes (or replicas) each has its own breakers, which open and close independently. The state is
@@ -163,8 +165,10 @@ class Breakers:
         self._clock = clock
         self._by_provider: dict[str, CircuitBreaker] = {}
         self._by_tenant: dict[tuple[str, str], CircuitBreaker] = {}
-        # provider -> tenants it refused with a QuotaExceeded in the last window_s, oldest first
+        # provider -> tenants it refused with a QuotaExceeded on a device fresh to such refusals, in
+        # the last window_s, oldest first; and the devices refused so, by their last refusal
         self._quota_refused: dict[str, OrderedDict[str, float]] = {}
+        self._quota_devices: dict[str, OrderedDict[str, float]] = {}
         _BOARDS.add(self)
 
     def for_provider(self, provider: str) -> CircuitBreaker | None:
@@ -193,14 +197,18 @@ class Breakers:
                 own.release()
             raise
 
-    def record(self, provider: str, tenant: str, error: BaseException | None) -> None:
-        """Count one finished call of ``tenant`` to ``provider``: on the provider's breaker, a
-        transient failure that is not about one recipient; a ``QuotaExceeded`` on the tenant's own,
-        and on the provider's too once it is ``widespread``."""
+    def record(
+        self, provider: str, tenant: str, error: BaseException | None, *, to: str | None = None
+    ) -> None:
+        """Count one finished call of ``tenant`` to ``provider`` for device ``to``: on the provider's
+        breaker, a transient failure that is not about one recipient; a ``QuotaExceeded`` on the
+        tenant's own, and on the provider's too once it is ``widespread`` (``to=None``: a device
+        never refused before)."""
         shared = self.for_provider(provider)
         if shared is None:
             return
         quota = isinstance(error, QuotaExceeded)
+        widely = quota and self._refused_widely(provider, tenant, to)
         key = (provider, tenant)
         own = self._by_tenant.get(key)
         if quota and own is None:
@@ -211,7 +219,7 @@ class Breakers:
             own.record(failed=quota)
             if own.quiet:
                 del self._by_tenant[key]
-        if quota and not self._refused_widely(provider, tenant):
+        if quota and not widely:
             # Not the provider's verdict, so no answer to the probe its breaker may have granted
             # this call: give it back, or the breaker stays half-open with a probe in flight for ever.
             shared.release()
@@ -226,15 +234,25 @@ class Breakers:
         refused = self._quota_refused.get(provider)
         if not refused:
             return False
-        horizon = self._clock() - self.settings.window_s
-        while refused and next(iter(refused.values())) < horizon:
-            refused.popitem(last=False)
+        _forget_before(refused, self._clock() - self.settings.window_s)
         return len(refused) >= WIDESPREAD_TENANTS
 
-    def _refused_widely(self, provider: str, tenant: str) -> bool:
-        refused = self._quota_refused.setdefault(provider, OrderedDict())
-        refused[tenant] = self._clock()
-        refused.move_to_end(tenant)
+    def _refused_widely(self, provider: str, tenant: str, to: str | None) -> bool:
+        """Count ``tenant``'s quota refusal for device ``to``: for the tenant only when no one was
+        refused on that device within the window (a phone one tenant floods refuses every tenant's
+        pushes to it: one tenant must not pose as several). True when it is ``widespread``."""
+        now = self._clock()
+        fresh = True
+        if to is not None:
+            devices = self._quota_devices.setdefault(provider, OrderedDict())
+            _forget_before(devices, now - self.settings.window_s)
+            fresh = to not in devices
+            devices[to] = now
+            devices.move_to_end(to)
+        if fresh:
+            refused = self._quota_refused.setdefault(provider, OrderedDict())
+            refused[tenant] = now
+            refused.move_to_end(tenant)
         return self.widespread(provider)
 
     def tenant_state(self, provider: str, tenant: str) -> str | None:
@@ -251,6 +269,13 @@ class Breakers:
         (its objects may outlive it: ``Worker.start`` freezes the GC, so a weak reference alone
         kept a stopped worker's half-open breaker in the merged view)."""
         _BOARDS.discard(self)
+
+
+def _forget_before(seen: OrderedDict[str, float], horizon: float) -> None:
+    """Drop the entries of ``seen`` (ordered by their time: moved to the end when refreshed) older
+    than ``horizon``: O(1) amortised, each entry dropped once."""
+    while seen and next(iter(seen.values())) < horizon:
+        seen.popitem(last=False)
 
 
 _BOARDS: weakref.WeakSet[Breakers] = weakref.WeakSet()

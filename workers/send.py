@@ -139,12 +139,13 @@ class Sender:
         for i, provider in enumerate(chain):
             last = i == len(chain) - 1
             board = self.breakers if self.breakers is not None and self.breakers.settings.enabled else None
+            check = partial(board.check, provider.name, n.tenant_id) if board else None
             try:
                 result = await self.policy.run(
                     lambda p=provider: p.send(message),  # type: ignore[misc]
                     provider=provider.name,
                     on_attempt=_attempt_recorder(n, message, provider.name, board, attempts),
-                    before_attempt=partial(board.check, provider.name, n.tenant_id) if board else None,
+                    before_attempt=check,
                     budget=self.policy.remaining(n.attempts + len(attempts)),
                 )
             except (CircuitOpen, TransientProviderError) as exc:
@@ -226,7 +227,7 @@ def _attempt_recorder(
         number = n.attempts + len(attempts) + 1
         attempts.append(attempt_row(n, number, provider, message.to, started, finished, error))
         if board is not None:
-            board.record(provider, n.tenant_id, error)
+            board.record(provider, n.tenant_id, error, to=message.to)
 
     return on_attempt
 

@@ -205,3 +205,72 @@ def test_a_quota_refusing_three_tenants_within_the_window_is_the_providers() -> 
     assert board.snapshot() == {"p-wide": "open"}  # every tenant stops, however little each sent
     clock.now_s += SETTINGS.window_s + 1
     assert not board.widespread("p-wide")  # the refusals have left the window
+
+
+def test_a_tenant_refreshed_in_the_window_lets_an_older_one_leave_it() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    board.record("p-trim", "t1", QUOTA, to="d1")
+    clock.now_s += 1
+    board.record("p-trim", "t2", QUOTA, to="d2")
+    clock.now_s += SETTINGS.window_s - 2
+    board.record("p-trim", "t1", QUOTA, to="d3")  # t1 again, later than t2
+    clock.now_s += 3  # t2's refusal has left the window, t1's second has not
+
+    board.record("p-trim", "t3", QUOTA, to="d4")
+
+    assert not board.widespread("p-trim")  # t1 and t3 only
+    assert board.snapshot() == {"p-trim": "closed"}
+
+
+def test_a_device_refused_again_in_the_window_lets_an_older_one_leave_it() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    board.record("p-devices", "t1", QUOTA, to="d-busy")
+    clock.now_s += 1
+    board.record("p-devices", "t2", QUOTA, to="d-once")
+    clock.now_s += SETTINGS.window_s - 3
+    board.record("p-devices", "t1", QUOTA, to="d-busy")  # refused again, later than d-once
+    clock.now_s += 2
+    board.record("p-devices", "t3", QUOTA, to="d3")
+    board.record("p-devices", "t4", QUOTA, to="d4")
+    clock.now_s += 1.5  # d-once's refusal has left the window, d-busy's second has not
+
+    board.record("p-devices", "t5", QUOTA, to="d-once")  # so d-once is fresh again: t5 counts
+
+    assert board.widespread("p-devices")  # t3, t4 and t5
+
+
+def test_one_device_refused_to_three_tenants_is_that_devices_quota() -> None:
+    """Tenants are internal services pushing to the same users' phones: one tenant flooding a
+    phone past FCM's 240 a minute gets every tenant's push to that phone refused. Before, the third
+    tenant so refused made it the provider's quota: the flooder's refusals then counted on the
+    shared breaker, which opened, and each slowed every tenant's pace."""
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    for tenant in ("t-flood", "t2", "t3", "t-flood", "t-flood", "t-flood"):
+        board.record("p-phone", tenant, QUOTA, to="shared-phone")
+
+    assert not board.widespread("p-phone")
+    assert board.snapshot() == {"p-phone": "closed"}
+    for tenant, phone in (("t-flood", "phone-1"), ("t2", "phone-2"), ("t3", "phone-3")):
+        board.record("p-phone", tenant, QUOTA, to=phone)  # three tenants refused on three phones
+    assert board.widespread("p-phone")
+
+
+def test_a_widespread_quota_answering_the_providers_probe_opens_it_again() -> None:
+    clock = Clock()
+    board = Breakers(SETTINGS, clock=clock)
+    for _ in range(SETTINGS.min_calls):
+        shared(board, "p-again").record(failed=True)  # the provider's breaker opens
+    clock.now_s += SETTINGS.cool_down_s - 1
+    board.record("p-again", "t1", QUOTA, to="d1")  # calls made before it opened, answered late
+    board.record("p-again", "t2", QUOTA, to="d2")
+    clock.now_s += 1
+
+    board.check("p-again", "t3")  # the probe, refused as the two before: the project's quota
+    board.record("p-again", "t3", QUOTA, to="d3")
+
+    assert board.snapshot() == {"p-again": "open"}
+    with pytest.raises(CircuitOpen):
+        board.check("p-again", "t4")

@@ -40,7 +40,7 @@ MIN_CALLS = 10
 async def fcm() -> AsyncIterator[tuple[FakeFcm, Sender, AdaptivePacing]]:
     async with FakeFcm(device_quota_per_minute=2) as fake:
         provider = FcmProvider(fcm_settings(fake))
-        pacing = AdaptivePacing()
+        pacing = AdaptivePacing(clock=lambda: 0.0)  # a second passes in no test: one halving a burst
         yield (
             fake,
             Sender(
@@ -144,3 +144,25 @@ async def test_a_push_past_its_devices_quota_is_tried_again_after_a_minute_not_a
 
     assert (outcome.status, outcome.calls, outcome.error_code) == (Status.retrying, 1, "QUOTA_EXCEEDED")
     assert outcome.not_before is not None and outcome.not_before >= now + timedelta(seconds=60)
+
+
+async def test_one_tenants_flood_to_a_phone_other_tenants_push_to_stops_no_one_else(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    """Tenants are internal services pushing to the same users' phones, so a phone one tenant
+    floods refuses the others' pushes as well. Before: the third tenant refused on it made the
+    quota the project's, the flooder's refusals opened the shared breaker and halved the pace, and
+    tenant-a's pushes to phones no one floods were all refused."""
+    fake, s, pacing = fcm
+    flood = [await push(s, "tenant-x", BUSY) for _ in range(3)]
+    others = [await push(s, tenant, BUSY) for tenant in ("tenant-y", "tenant-z")]
+    flood += [await push(s, "tenant-x", BUSY) for _ in range(12)]
+
+    theirs = [await push(s, "tenant-a", f"device-{i}") for i in range(20)]
+
+    assert [t["token"] for t in fake.delivered].count(BUSY) == 2  # FCM's quota: 2 a minute (here)
+    assert [e.code for c in others for e in c.errors] == ["QUOTA_EXCEEDED"] * 2
+    assert bool(flood[-1].opened)  # tenant-x's own breaker stopped it
+    assert all(c.opened == [] and len(c.results) == 1 for c in theirs)
+    assert s.breakers is not None and s.breakers.snapshot() == {"fcm": "closed"}
+    assert pacing.factor("fcm") == 1.0
