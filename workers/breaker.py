@@ -20,8 +20,9 @@ count on the provider's breaker too, and the sender slows the provider's pacing
 (``Breakers.widespread``), so a project quota stops every tenant however little each sends. A
 device refused again counts for no tenant: tenants push to the same users' phones, so one tenant
 flooding a phone gets the others' pushes to it refused too (counted, three made it the provider's).
-A tenant's breaker is dropped at its first call that leaves it closed with no such refusal in its
-window; there are at most as many as tenants refused lately, and none is exported as a metric.
+The refusals are counted with breakers disabled too (the pacing still needs to know). A tenant's
+breaker is dropped at its first call that leaves it closed with no such refusal in its window;
+there are at most as many as tenants refused lately, and none is exported as a metric.
 ``RecipientThrottled`` (one device, named by the provider) counts on no breaker at all.
 
 Breakers live in the worker process that makes the calls: in a deployment with several worker
@@ -204,11 +205,11 @@ class Breakers:
         breaker, a transient failure that is not about one recipient; a ``QuotaExceeded`` on the
         tenant's own, and on the provider's too once it is ``widespread`` (``to=None``: a device
         never refused before)."""
+        quota = isinstance(error, QuotaExceeded)
+        widely = quota and self._refused_widely(provider, tenant, to)
         shared = self.for_provider(provider)
         if shared is None:
             return
-        quota = isinstance(error, QuotaExceeded)
-        widely = quota and self._refused_widely(provider, tenant, to)
         key = (provider, tenant)
         own = self._by_tenant.get(key)
         if quota and own is None:

@@ -274,3 +274,15 @@ def test_a_widespread_quota_answering_the_providers_probe_opens_it_again() -> No
     assert board.snapshot() == {"p-again": "open"}
     with pytest.raises(CircuitOpen):
         board.check("p-again", "t4")
+
+
+def test_with_breakers_disabled_a_widespread_quota_is_still_known() -> None:
+    """The pacing slows on a widespread quota (``Sender._report``) whether or not breakers are on;
+    before, disabling breakers also stopped the pace from ever slowing for FCM's project quota."""
+    board = Breakers(BreakerSettings(enabled=False), clock=Clock())
+    board.check("p-off", "t1")
+    for i, tenant in enumerate(("t1", "t2", "t3")):
+        board.record("p-off", tenant, QUOTA, to=f"d{i}")
+
+    assert board.widespread("p-off")
+    assert board.snapshot() == {} and board.tenant_state("p-off", "t1") is None

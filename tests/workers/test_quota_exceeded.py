@@ -166,3 +166,16 @@ async def test_one_tenants_flood_to_a_phone_other_tenants_push_to_stops_no_one_e
     assert all(c.opened == [] and len(c.results) == 1 for c in theirs)
     assert s.breakers is not None and s.breakers.snapshot() == {"fcm": "closed"}
     assert pacing.factor("fcm") == 1.0
+
+
+async def test_with_breakers_disabled_a_quota_every_tenant_runs_into_still_slows_the_pace(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    fake, s, pacing = fcm
+    s.breakers = Breakers(BreakerSettings(enabled=False))
+    fake.force_rate_limit(1000, retry_after_s=60)
+
+    results = [await push(s, f"t-{i}", f"t-{i}-device") for i in range(5)]
+
+    assert all(c.opened == [] and [e.code for e in c.errors] == ["QUOTA_EXCEEDED"] for c in results)
+    assert pacing.factor("fcm") == 0.5
