@@ -14,16 +14,13 @@ States, per provider name:
 **A tenant's own breaker.** A quota the provider does not say is whose (``QuotaExceeded``: FCM's
 ``429 QUOTA_EXCEEDED`` for the project, one device or one topic alike) counts on a breaker of the
 sending tenant on that provider: one tenant flooding one of its devices opens its own breaker and
-no one else's. Once ``WIDESPREAD_TENANTS`` tenants are refused so within the window, each on a device
-no one was refused on in the window before, the quota is taken for the provider's: its refusals
-count on the provider's breaker too, and the sender slows the provider's pacing
-(``Breakers.widespread``), so a project quota stops every tenant however little each sends. A
-device refused again counts for no tenant: tenants push to the same users' phones, so one tenant
-flooding a phone gets the others' pushes to it refused too (counted, three made it the provider's).
-The refusals are counted with breakers disabled too (the pacing still needs to know). A tenant's
-breaker is dropped at its first call that leaves it closed with no such refusal in its window;
-there are at most as many as tenants refused lately, and none is exported as a metric.
-``RecipientThrottled`` (one device, named by the provider) counts on no breaker at all.
+no one else's. Once the refusals are spread over enough tenants and devices to be the provider's
+own quota (``workers.quota_spread``), they count on the provider's breaker too, and the sender
+slows the provider's pacing (``Breakers.widespread``). The refusals are counted with breakers
+disabled too (the pacing still needs to know). A tenant's breaker is dropped at its first call that
+leaves it closed with no such refusal in its window; there are at most as many as tenants, and
+none is exported as a metric. ``RecipientThrottled`` (one device, named by the provider) counts on
+no breaker at all.
 
 Breakers live in the worker process that makes the calls: in a deployment with several worker
 processes (or replicas) each has its own breakers, which open and close independently. The state is
@@ -36,19 +33,16 @@ from __future__ import annotations
 import random
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from clarion import metrics
 from clarion.retry_settings import BreakerSettings
 from providers.errors import PermanentProviderError, QuotaExceeded, RecipientThrottled
+from workers.quota_spread import QuotaSpread
 
 CLOSED, HALF_OPEN, OPEN = "closed", "half_open", "open"
-# Distinct tenants refused an unattributed quota within the window that make it the provider's: one
-# tenant cannot pose as several (operators create tenants), while one device of each of three
-# tenants flooded at once is as rare as it is short.
-WIDESPREAD_TENANTS = 3
 _GAUGE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
 
 
@@ -166,10 +160,7 @@ class Breakers:
         self._clock = clock
         self._by_provider: dict[str, CircuitBreaker] = {}
         self._by_tenant: dict[tuple[str, str], CircuitBreaker] = {}
-        # provider -> tenants it refused with a QuotaExceeded on a device fresh to such refusals, in
-        # the last window_s, oldest first; and the devices refused so, by their last refusal
-        self._quota_refused: dict[str, OrderedDict[str, float]] = {}
-        self._quota_devices: dict[str, OrderedDict[str, float]] = {}
+        self._quotas = QuotaSpread(window_s=settings.window_s, clock=clock)
         _BOARDS.add(self)
 
     def for_provider(self, provider: str) -> CircuitBreaker | None:
@@ -206,7 +197,7 @@ class Breakers:
         tenant's own, and on the provider's too once it is ``widespread`` (``to=None``: a device
         never refused before)."""
         quota = isinstance(error, QuotaExceeded)
-        widely = quota and self._refused_widely(provider, tenant, to)
+        widely = quota and self._quotas.refused(provider, tenant=tenant, to=to)
         shared = self.for_provider(provider)
         if shared is None:
             return
@@ -230,31 +221,8 @@ class Breakers:
         )
 
     def widespread(self, provider: str) -> bool:
-        """``WIDESPREAD_TENANTS`` tenants or more were refused a quota by ``provider`` within the
-        window: the provider's own quota, as far as this worker can tell."""
-        refused = self._quota_refused.get(provider)
-        if not refused:
-            return False
-        _forget_before(refused, self._clock() - self.settings.window_s)
-        return len(refused) >= WIDESPREAD_TENANTS
-
-    def _refused_widely(self, provider: str, tenant: str, to: str | None) -> bool:
-        """Count ``tenant``'s quota refusal for device ``to``: for the tenant only when no one was
-        refused on that device within the window (a phone one tenant floods refuses every tenant's
-        pushes to it: one tenant must not pose as several). True when it is ``widespread``."""
-        now = self._clock()
-        fresh = True
-        if to is not None:
-            devices = self._quota_devices.setdefault(provider, OrderedDict())
-            _forget_before(devices, now - self.settings.window_s)
-            fresh = to not in devices
-            devices[to] = now
-            devices.move_to_end(to)
-        if fresh:
-            refused = self._quota_refused.setdefault(provider, OrderedDict())
-            refused[tenant] = now
-            refused.move_to_end(tenant)
-        return self.widespread(provider)
+        """Whether ``provider``'s unattributed quota refusals are its own (``workers.quota_spread``)."""
+        return self._quotas.widespread(provider)
 
     def tenant_state(self, provider: str, tenant: str) -> str | None:
         """The state of ``tenant``'s own breaker on ``provider``; None while it has none."""
@@ -270,13 +238,6 @@ class Breakers:
         (its objects may outlive it: ``Worker.start`` freezes the GC, so a weak reference alone
         kept a stopped worker's half-open breaker in the merged view)."""
         _BOARDS.discard(self)
-
-
-def _forget_before(seen: OrderedDict[str, float], horizon: float) -> None:
-    """Drop the entries of ``seen`` (ordered by their time: moved to the end when refreshed) older
-    than ``horizon``: O(1) amortised, each entry dropped once."""
-    while seen and next(iter(seen.values())) < horizon:
-        seen.popitem(last=False)
 
 
 _BOARDS: weakref.WeakSet[Breakers] = weakref.WeakSet()
