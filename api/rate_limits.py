@@ -4,6 +4,9 @@ A tenant sees and changes only its own rules; global rules (``tenant_id`` NULL, 
 pacing shared by every tenant) are managed in the database by operators. Every change bumps
 ``updated_at``; running processes pick it up within `clarion.rules.REFRESH_TTL_S` seconds.
 
+A rule's name is empty or 1-64 letters, digits, ``_``, ``.`` and ``-``, starting with a letter or
+a digit: it is quoted in refusals and in notification histories (`clarion.rule_names`).
+
 Which combinations are valid (anything else is a ``422 validation_error``):
 
 | scope       | enforced                                  | action        | may set             |
@@ -47,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.caps import hold_under_cap
 from api.errors import ApiError
 from api.json_types import JsonInt
+from clarion.rule_names import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
 from core.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 from providers.registry import REAL_PROVIDERS
 from schema.enums import Channel
@@ -67,7 +71,10 @@ MAX_PERIOD_S = 31 * 24 * 3600.0
 class RateLimitIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(default="", max_length=128, description="shown in metrics and in why a send waited")
+    name: str = Field(
+        default="", max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN,
+        description=f"shown in refusals and in why a send waited: {NAME_RULE}",
+    )  # fmt: skip
     scope: Literal["tenant", "api_key", "recipient", "provider"]
     channel: Channel | None = Field(default=None, description="recipient/provider: only this channel")
     category: str | None = Field(
