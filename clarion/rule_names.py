@@ -13,9 +13,15 @@ went into all of those as they came. A name is now ``NAME_PATTERN``: 1 to 64 let
 ``_``, ``.`` and ``-``, starting with a letter or a digit; or empty, and the rule is then called by
 its id. Limiter keys are built from rule ids, never from names, so a ``:`` in a name could not
 collide with a key; it is left out all the same, as it separates a key's parts.
+
+A rule stored before that under a name outside the pattern is kept and enforced as it was: it is
+only called by its id (`rule_label`) wherever a name would be shown. ``GET /v1/rate-limits`` answers
+the name as stored; replacing the rule takes a name that passes.
 """
 
 from __future__ import annotations
+
+import re
 
 MAX_NAME_CHARS = 64
 NAME_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$"
@@ -24,3 +30,15 @@ NAME_RULE = (
     "up to 64 letters, digits, '_', '.' and '-', starting with a letter or a digit; "
     "empty: the rule is called by its id"
 )
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+def is_safe_name(name: str) -> bool:
+    """Whether ``name`` matches ``NAME_PATTERN`` (a trailing newline does not)."""
+    return _NAME.fullmatch(name) is not None
+
+
+def rule_label(*, name: str, rule_id: object) -> str:
+    """What a rule is called wherever it is shown: its name when it has a safe one, else its id."""
+    return name if name and is_safe_name(name) else str(rule_id)

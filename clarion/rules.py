@@ -36,6 +36,7 @@ from uuid import UUID
 import asyncpg
 
 from clarion import metrics
+from clarion.rule_names import rule_label
 from core.ratelimit import ElasticPool, InvalidRule, Rule, check_rule_parameters
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,9 @@ class RuleSpec:
 
     @property
     def label(self) -> str:
-        """What metrics and outcome details call the rule: its name, else its id."""
-        return self.name or str(self.id)
+        """What metrics and outcome details call the rule: its name, else (none, or one stored
+        before names were checked) its id; `clarion.rule_names`."""
+        return rule_label(name=self.name, rule_id=self.id)
 
     @property
     def metric_label(self) -> str:

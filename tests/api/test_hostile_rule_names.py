@@ -4,12 +4,20 @@ any 128 characters there (an OSC 52 clipboard write, a bidi override, a newline,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from harness.services import ApiServer
+from schema.models import RateLimitRule
+from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
+from tests.fixtures.rules import wait_loaded
+from tests.fixtures.sends import email_send
 
 
 def cap(**overrides: Any) -> dict[str, Any]:
@@ -66,3 +74,31 @@ async def test_names_up_to_64_safe_characters_are_taken_and_empty_still_means_un
         assert created.json()["name"] == name
     response = await client.post("/v1/rate-limits", json=cap(name="x" * 65))
     assert_error(response, 422, "validation_error")
+
+
+async def test_a_rule_stored_under_an_unsafe_name_still_refuses_and_is_called_by_its_id(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    name = "\x1b]52;c;aGk=\x07cap\u202egnp.exe\n"  # stored before names were checked
+    async with engine.begin() as conn:
+        rule_id = (
+            await conn.execute(
+                sa.insert(RateLimitRule.__table__)  # type: ignore[attr-defined]
+                .values(tenant_id=tenant.id, name=name, scope="tenant", limit=1, period_s=600.0)
+                .returning(sa.column("id"))
+            )
+        ).scalar_one()
+    rule = {"id": str(rule_id)}
+    await wait_loaded(api, rule)
+    await client.post("/v1/notifications", json=email_send())
+    error = assert_error(await client.post("/v1/notifications", json=email_send()), 429, "rate_limited")
+    assert error["details"]["rule"] == rule["id"] and f"'{rule['id']}'" in error["message"]
+    assert name not in json.dumps(error, ensure_ascii=False)
+
+    assert (await client.get(f"/v1/rate-limits/{rule_id}")).json()["name"] == name  # as stored
+    stored = {"scope": "tenant", "limit": 1, "period_s": 600.0}
+    assert_error(
+        await client.put(f"/v1/rate-limits/{rule_id}", json={**stored, "name": name}), 422, "validation_error"
+    )
+    renamed = await client.put(f"/v1/rate-limits/{rule_id}", json={**stored, "name": "ten-minutes"})
+    assert renamed.status_code == 200 and renamed.json()["name"] == "ten-minutes"
