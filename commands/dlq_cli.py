@@ -16,9 +16,10 @@ from datetime import datetime
 from typing import TextIO
 
 from api.dlq import RedriveFilter, list_dead, redrive
+from clarion.inert import inert
 from clarion.kafka import Publisher
 from clarion.settings import Settings
-from commands.terminal import inert, json_line
+from commands.terminal import json_line
 from schema.db import create_engine
 from schema.enums import Channel
 
