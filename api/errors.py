@@ -1,4 +1,5 @@
-"""One error shape for every failure: ``{"error": {"code", "message", "details"}}``."""
+"""One error shape for every failure: ``{"error": {"code", "message", "details"}}``, whose texts
+quote the caller no further than `api.refusal_text` allows."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.refusal_text import MAX_LISTED_ERRORS, MAX_QUOTE_CHARS, bounded, excerpt
 
 log = logging.getLogger(__name__)
 
@@ -35,35 +38,8 @@ class ApiError(Exception):
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": encodable(message), "details": encodable(details)}}
-
-
-def shown(value: str, limit: int = 100) -> str:
-    """``value`` quoted for a validation message: at most ``limit`` characters, and encodable. A
-    message holding a lone surrogate cannot even leave pydantic (its Rust core refuses the text
-    with ``UnicodeEncodeError``), so quoting the caller's value made the refusal a 500."""
-    cut = value if len(value) <= limit else f"{value[:limit]}..."
-    return f"'{encodable(cut)}'"
-
-
-def encodable(value: Any) -> Any:
-    """``value`` with every lone surrogate in its text (``"\\ud800"`` in the JSON a caller sent, which
-    a message may quote back) replaced by U+FFFD: a response holding one cannot be encoded as UTF-8,
-    and the refusal itself would become a 500. Only error bodies need it, so only they pay for it."""
-    if isinstance(value, str):
-        if value.isascii():
-            return value
-        try:
-            value.encode()
-            return value
-        except UnicodeEncodeError:
-            # Through UTF-16, where a lone surrogate is two bytes its decoder can replace.
-            return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    if isinstance(value, dict):
-        return {encodable(k): encodable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [encodable(v) for v in value]
-    return value
+    """The error shape, its texts bounded and inert (`api.refusal_text`): messages quote the caller."""
+    return {"error": {"code": code, "message": bounded(message), "details": bounded(details)}}
 
 
 def error_response(
@@ -86,16 +62,22 @@ _HTTP_CODES = {
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    """A bad field's path; a part may be a key the caller chose, of any length."""
+    parts = [excerpt(str(p), MAX_QUOTE_CHARS) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "body"
 
 
 def validation_error(errors: Sequence[Any]) -> ApiError:
-    """The 422 for pydantic errors: every bad field with its message, the first in the message."""
-    details = [
+    """The 422 for pydantic errors: the first ``MAX_LISTED_ERRORS`` bad fields with their messages
+    (the first in the message), then how many more. Never pydantic's ``input`` or ``ctx``: the
+    caller's own values (`api.refusal_text`)."""
+    details: list[dict[str, Any]] = [
         {"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg")), "type": e.get("type")}
-        for e in errors
+        for e in errors[:MAX_LISTED_ERRORS]
     ]
+    if len(errors) > MAX_LISTED_ERRORS:
+        more = f"{len(errors) - MAX_LISTED_ERRORS:,} more errors not listed"
+        details.append({"field": "body", "message": more, "type": "too_many_errors"})
     first = details[0] if details else {"field": "body", "message": "invalid"}
     return ApiError(422, "validation_error", f"{first['field']}: {first['message']}", details)
 

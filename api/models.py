@@ -14,7 +14,7 @@ from email_validator import EmailNotValidError, validate_email
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from api.engagement_models import EngagementOut
-from api.errors import encodable, shown
+from api.refusal_text import MAX_TEXT_CHARS, excerpt, shown
 from core.devices import MAX_TOKEN_CHARS
 from core.horizon import MAX_WAIT
 from providers.fcm import reserved_data_key
@@ -52,7 +52,9 @@ def _normalized_email(value: str) -> str:
     try:
         return validate_email(value, check_deliverability=False).normalized
     except EmailNotValidError as exc:
-        raise ValueError(f"{shown(value)} is not a valid email address: {encodable(str(exc))}") from None
+        raise ValueError(
+            f"{shown(value)} is not a valid email address: {excerpt(str(exc), MAX_TEXT_CHARS)}"
+        ) from None
 
 
 # APNS device tokens are hex (32 bytes today; Apple warns the length may grow). FCM registration

@@ -54,7 +54,7 @@ DESCRIPTIONS = {
     409: "The request conflicts with the resource's state.",
     413: "The body is larger than the limit (`payload_too_large`).",
     415: "The body is not sent as JSON (`unsupported_media_type`).",
-    422: "A value is invalid; `details` names every bad field.",
+    422: "A value is invalid; `details` names the bad fields (the first 20, then how many more).",
     429: "A rate-limit rule or a concurrency limit refuses the request for now; `Retry-After` says when to retry.",
     408: "The request's head did not arrive within `CLARION_API_HEAD_TIMEOUT_S` (`request_timeout`).",
     431: "The request headers are larger than 16 KiB (`headers_too_large`).",

@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.caps import hold_under_cap
 from api.errors import ApiError
 from api.json_types import JsonInt
+from api.refusal_text import shown
 from clarion.rule_names import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
 from core.ratelimit import MIN_INTERVAL_US, MIN_PERIOD_S
 from providers.registry import REAL_PROVIDERS
@@ -126,7 +127,7 @@ class RateLimitIn(BaseModel):
                 raise ValueError(f"'{name}' does not apply to a {self.scope} rule")
         if self.provider is not None and self.provider not in KNOWN_PROVIDERS:
             raise ValueError(
-                f"unknown provider '{self.provider}'; known: {', '.join(sorted(KNOWN_PROVIDERS))}"
+                f"unknown provider {shown(self.provider)}; known: {', '.join(sorted(KNOWN_PROVIDERS))}"
             )
         if self.scope == "recipient" and self.burst:
             raise ValueError("a recipient rule is a frequency cap: at most 'limit' per 'period_s', no burst")

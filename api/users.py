@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from api.errors import ApiError, shown
+from api.errors import ApiError
 from api.models import check_device_token, check_email, check_phone, check_timezone
+from api.refusal_text import shown
 from core.devices import MAX_ACTIVE_DEVICES, MAX_TOKEN_CHARS, RETIRE_EXTRA
 from schema.enums import Platform
 from schema.ids import uuid7
