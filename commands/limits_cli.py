@@ -17,7 +17,9 @@ from pydantic import ValidationError
 
 from api.global_rules import delete_global_rule, list_global_rules, set_global_rule
 from api.rate_limits import RateLimitIn, RateLimitOut
+from clarion.inert import inert
 from clarion.settings import Settings
+from commands.terminal import json_line
 from schema.db import create_engine
 from schema.enums import Channel
 
@@ -54,11 +56,12 @@ def _rule(args: argparse.Namespace) -> RateLimitIn:
 
 
 def _line(r: RateLimitOut) -> str:
-    """One rule as ``list`` prints it: name, scope, rate, what it applies to."""
+    """One rule as ``list`` prints it: name, scope, rate, what it applies to. A name stored before
+    names were checked (`clarion.rule_names`) may hold any characters: shown inert."""
     where = " ".join(f"{k}={v}" for k in ("channel", "category", "provider") if (v := getattr(r, k)))
     rate = f"{r.limit}/{r.period_s:g}s burst={r.burst}"
     state = "" if r.enabled else "  (disabled)"
-    return f"{r.name}  {r.scope}  {rate} {r.mode} {r.action} {where}{state}".rstrip()
+    return inert(f"{r.name}  {r.scope}  {rate} {r.mode} {r.action} {where}{state}".rstrip())
 
 
 def run(args: argparse.Namespace, settings: Settings) -> None:
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace, settings: Settings) -> None:
         try:
             if args.action == "list":
                 for r in await list_global_rules(engine=engine):
-                    print(r.model_dump_json() if args.json else _line(r))
+                    print(json_line(r.model_dump(mode="json")) if args.json else _line(r))
             elif args.action == "set":
                 assert rule is not None
                 try:

@@ -12,11 +12,15 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from uuid import uuid4
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.rate_limits import RateLimitOut
 from clarion.settings import Settings
+from commands.limits_cli import _line
 from harness.services import (
     ROOT,
     ApiServer,
@@ -126,3 +130,19 @@ async def test_a_bad_rule_ends_with_one_line_and_stores_nothing(
         assert done.returncode == 1, (args, done.stdout)
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert (await clarion(settings, "list")).stdout == ""
+
+
+def test_a_rule_name_stored_before_names_were_checked_is_listed_inert() -> None:
+    """Before: ``clarion limits list`` printed an operator rule's stored name raw, so its escapes
+    (an OSC 52 clipboard write, a bidi override) reached the operator's terminal."""
+    now = datetime.now(UTC)
+    hostile = "a\x1b]52;c;ZWNobyBoaQ==\x07\u202eb"
+    rule = RateLimitOut(
+        id=uuid4(), name=hostile, scope="tenant", channel=None, category=None, provider=None, limit=5,
+        period_s=1, burst=5, mode="hard", overshoot_pct=0, action="delay", enabled=True,
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+
+    line = _line(rule)
+
+    assert line.isprintable() and line.startswith("a\\x1b]52;c;ZWNobyBoaQ==\\x07\\u202eb  tenant")
