@@ -24,6 +24,8 @@ import asyncpg
 
 from api.engagement import count_recorded
 from api.errors import ApiError
+from api.tracking_gate import LOCK_TIMEOUT_MS, TrackingGate
+from clarion import metrics
 from clarion.tracking_tokens import InvalidToken, TrackingClaims, verify_tracking_token
 from core.engagement import EngagementEvent, record_engagement
 from schema.enums import EngagementType
@@ -58,27 +60,38 @@ def claims_of(token: str, *, secrets: Sequence[str]) -> TrackingClaims:
         raise ApiError(403, "invalid_token", "This tracking link is invalid.") from None
 
 
-async def record_hit(*, pool: asyncpg.Pool, claims: TrackingClaims, user_agent: str | None) -> None:
+async def record_hit(
+    *, pool: asyncpg.Pool, gate: TrackingGate, claims: TrackingClaims, user_agent: str | None
+) -> None:
     """Fold one pixel or link hit into its notification's engagement (nothing when the notification
-    is gone, past the log's retention)."""
+    is gone, past the log's retention, or when the hit gets no turn: ``api.tracking_gate``)."""
     if claims.link is not None:
         kind = EngagementType.clicked
     else:
         kind = EngagementType.opened
     if is_prefetch(user_agent):
         kind = EngagementType.prefetched
-    async with pool.acquire() as conn, conn.transaction():
-        found = await conn.fetchrow(_FIND, claims.notification_id, claims.tenant_id)
-        if found is None:
+    async with gate.turn(claims.tenant_id) as mine:
+        if not mine:
+            metrics.TRACKING_HITS_UNRECORDED.labels("busy").inc()
             return
-        event = EngagementEvent(
-            tenant_id=claims.tenant_id,
-            notification_id=claims.notification_id,
-            notification_created_at=found["created_at"],
-            type=kind,
-            at=datetime.now(UTC),
-            source="email_tracking",
-            link=claims.link or "",
-        )
-        recorded = await record_engagement(conn=conn, events=[event])
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                found = await conn.fetchrow(_FIND, claims.notification_id, claims.tenant_id)
+                if found is None:
+                    return
+                event = EngagementEvent(
+                    tenant_id=claims.tenant_id,
+                    notification_id=claims.notification_id,
+                    notification_created_at=found["created_at"],
+                    type=kind,
+                    at=datetime.now(UTC),
+                    source="email_tracking",
+                    link=claims.link or "",
+                )
+                recorded = await record_engagement(conn=conn, events=[event])
+        except asyncpg.LockNotAvailableError:
+            metrics.TRACKING_HITS_UNRECORDED.labels("locked").inc()
+            return
     count_recorded(recorded, found["channel"])

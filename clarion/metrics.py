@@ -95,6 +95,12 @@ ENGAGEMENT_EVENTS = Counter(
     "(delivered, bounced, opened, clicked, unsubscribed, complained).",
     ["channel", "type"],
 )
+TRACKING_HITS_UNRECORDED = Counter(
+    "clarion_tracking_hits_unrecorded_total",
+    "Email-tracking hits answered but not recorded: busy (the tenant's or the process's turns were "
+    "taken) or locked (their engagement row stayed locked); api/tracking_gate.py.",
+    ["reason"],
+)
 
 # Queue gauges: refreshed from Kafka offsets and the log whenever the API's /metrics is scraped.
 CONSUMER_LAG = Gauge(

@@ -36,7 +36,10 @@ async def open_pixel(request: Request, token: str = Token) -> Response:
     claims = claims_of(token, secrets=_secrets(request))
     if claims.link is not None:
         raise ApiError(404, "not_found", "This token is a link's, not an open pixel's.")
-    await record_hit(pool=request.app.state.pool, claims=claims, user_agent=request.headers.get("user-agent"))
+    state = request.app.state
+    await record_hit(
+        pool=state.pool, gate=state.tracking_gate, claims=claims, user_agent=request.headers.get("user-agent")
+    )
     return Response(PIXEL, media_type="image/gif", headers=_NO_STORE)
 
 
@@ -47,5 +50,8 @@ async def click(request: Request, token: str = Token) -> RedirectResponse:
     claims = claims_of(token, secrets=_secrets(request))
     if claims.link is None:
         raise ApiError(404, "not_found", "This token is an open pixel's, not a link's.")
-    await record_hit(pool=request.app.state.pool, claims=claims, user_agent=request.headers.get("user-agent"))
+    state = request.app.state
+    await record_hit(
+        pool=state.pool, gate=state.tracking_gate, claims=claims, user_agent=request.headers.get("user-agent")
+    )
     return RedirectResponse(claims.link, status_code=302, headers=_NO_STORE)

@@ -3,18 +3,23 @@ email through the worker to the sandbox, its pixel and link opened, the notifica
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from urllib.parse import urlsplit
 from uuid import UUID
 
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from clarion.tracking_tokens import make_tracking_token
 from core.engagement import MAX_COUNTED
-from tests.conftest import Stack, TenantInfo
+from harness.services import ApiServer, api_client
+from tests.conftest import Stack, TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.delivery import sandbox_for, wait_status
 from tests.fixtures.hooks import sent_notification, view
@@ -56,6 +61,37 @@ async def test_pixel_hits_past_max_counted_are_answered_but_not_counted(
         pixel = await client.get(url, headers={"User-Agent": BROWSER, "Authorization": ""})
         assert pixel.status_code == 200 and pixel.content.startswith(b"GIF89a")
     assert engagement(await view(client, nid)) == {("opened", None): MAX_COUNTED}
+
+
+async def test_a_flood_of_one_pixel_holds_no_more_than_its_share_of_the_pool(
+    api: ApiServer, client: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo, settings: Settings
+) -> None:
+    """Anyone holding a tracked mail can load its pixel in a loop, and every hit of one token
+    updates one engagement row: the hits queued on its lock, each holding a pooled connection the
+    accept path shares, and another tenant's sends waited for one (api/tracking_gate.py). The row is
+    held locked here so the hits wait inside PostgreSQL, as a flood's do on each other."""
+    nid, _ = await sent_notification(engine, tenant, channel="email")
+    url = f"/t/o/{token(settings, tenant, nid, None)}"
+    assert (await client.get(url, headers={"User-Agent": BROWSER})).status_code == 200
+    locker = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    other = await make_tenant(engine)
+    try:
+        await locker.execute("BEGIN")
+        await locker.execute("SELECT 1 FROM engagement WHERE notification_id = $1 FOR UPDATE", UUID(nid))
+        hits = [
+            asyncio.create_task(client.get(url, headers={"User-Agent": BROWSER, "Authorization": ""}))
+            for _ in range(3 * settings.db_pool_size)
+        ]
+        await asyncio.sleep(0.3)
+        async with api_client(api.url, other.key) as theirs:
+            started = time.monotonic()
+            send = await asyncio.wait_for(theirs.post("/v1/notifications", json=email_send()), 10)
+            assert send.status_code == 202, send.text
+            assert time.monotonic() - started < 1.0
+        answers = await asyncio.wait_for(asyncio.gather(*hits), 5)  # each answered, recorded or not
+        assert all(a.status_code == 200 and a.content.startswith(b"GIF89a") for a in answers)
+    finally:
+        await locker.close()
 
 
 async def test_a_link_redirects_where_its_signed_token_says_and_nowhere_else(
