@@ -13,6 +13,7 @@ from api.accept_queue import AcceptQueue
 from api.accepted_counts import AcceptedCounts
 from api.allow import MethodCheck
 from api.auth import KeyCache
+from api.engagement_gate import EngagementGate
 from api.engagement_models import DeviceEngagementIn, EngagementIn
 from api.errors import BodySizeLimit, install_error_handlers
 from api.fast_route import FastRoute
@@ -35,7 +36,6 @@ from api.routes import tracking as tracking_routes
 from api.routes import webhook_endpoints as webhook_endpoint_routes
 from api.routes import webhooks as webhook_routes
 from api.search_limit import SearchLimit
-from api.tracking_gate import TrackingGate
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.settings import Settings
@@ -70,7 +70,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.searches = SearchLimit(
             per_tenant=settings.search_concurrency_per_tenant, timeout_s=settings.search_timeout_s
         )
-        app.state.tracking_gate = TrackingGate(pool_size=settings.db_pool_size)
+        app.state.engagement_gate = EngagementGate(pool_size=settings.db_pool_size)
         app.state.queues = QueueMonitor(
             engine=engine, bootstrap=settings.kafka_bootstrap or "", retention_days=settings.retention_days
         )

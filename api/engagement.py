@@ -10,6 +10,7 @@ Errors (``ApiError``)::
     404 not_found       no such notification for this tenant (another tenant's id too)
     422 too_many_links  a click on a new link past the MAX_LINKS this notification has
     422 too_many_reports  a new report past the MAX_COUNTED its (type, link) has counted
+    429 engagement_busy   the tenant's reports hold their share of the pool (``api.engagement_gate``)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from uuid import UUID
 
 import asyncpg
 
+from api.engagement_gate import LOCK_TIMEOUT_MS, EngagementGate
 from api.engagement_models import EngagementIn, EngagementRecorded
 from api.errors import ApiError
 from clarion import metrics
@@ -61,43 +63,67 @@ def device_claims(*, token: str, secrets: Sequence[str]) -> tuple[str, UUID]:
     return claims.tenant_id, claims.notification_id
 
 
+def _busy() -> ApiError:
+    return ApiError(
+        429,
+        "engagement_busy",
+        "This tenant's engagement reports already hold their share of the database; retry in a second.",
+        headers={"Retry-After": "1"},
+    )
+
+
 async def report_engagement(
-    *, pool: asyncpg.Pool, tenant_id: str, notification_id: UUID, report: EngagementIn, source: str
+    *,
+    pool: asyncpg.Pool,
+    gate: EngagementGate,
+    tenant_id: str,
+    notification_id: UUID,
+    report: EngagementIn,
+    source: str,
 ) -> EngagementRecorded:
     """Record one reported open or click of the tenant's notification; the row as it is now."""
     now = datetime.now(UTC)
     link = report.link or ""
     occurred = report.occurred_at.astimezone(UTC).isoformat() if report.occurred_at else "-"
-    async with pool.acquire() as conn, conn.transaction():
-        found = await conn.fetchrow(_FIND, notification_id, tenant_id)
-        if found is None:
-            raise ApiError(404, "not_found", f"No notification {notification_id}.")
-        if link:
-            links = await conn.fetchrow(_LINKS, notification_id, tenant_id, link, found["created_at"])
-            if not links["same"] and links["links"] >= MAX_LINKS:
-                raise ApiError(
-                    422, "too_many_links", f"This notification already has clicks on {MAX_LINKS} links."
+    async with gate.turn(tenant_id) as mine:
+        if not mine:
+            raise _busy()
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                found = await conn.fetchrow(_FIND, notification_id, tenant_id)
+                if found is None:
+                    raise ApiError(404, "not_found", f"No notification {notification_id}.")
+                if link:
+                    links = await conn.fetchrow(_LINKS, notification_id, tenant_id, link, found["created_at"])
+                    if not links["same"] and links["links"] >= MAX_LINKS:
+                        raise ApiError(
+                            422,
+                            "too_many_links",
+                            f"This notification already has clicks on {MAX_LINKS} links.",
+                        )
+                event = EngagementEvent(
+                    tenant_id=tenant_id,
+                    notification_id=notification_id,
+                    notification_created_at=found["created_at"],
+                    type=EngagementType(report.type.value),
+                    at=clamp(report.occurred_at, created_at=found["created_at"], now=now),
+                    source=source,
+                    link=link,
+                    marker=f"report:{report.type.value}:{occurred}:{link}",
                 )
-        event = EngagementEvent(
-            tenant_id=tenant_id,
-            notification_id=notification_id,
-            notification_created_at=found["created_at"],
-            type=EngagementType(report.type.value),
-            at=clamp(report.occurred_at, created_at=found["created_at"], now=now),
-            source=source,
-            link=link,
-            marker=f"report:{report.type.value}:{occurred}:{link}",
-        )
-        recorded = await record_engagement(conn=conn, events=[event])
-        if recorded[0].capped:
-            raise ApiError(
-                422, "too_many_reports",
-                f"This notification already has {MAX_COUNTED} reports of {event.type.value}"
-                + (" on this link." if link else "."),
-            )  # fmt: skip
-        row = await conn.fetchrow(
-            _ROW, notification_id, event.type.value, link, tenant_id, found["created_at"]
-        )
+                recorded = await record_engagement(conn=conn, events=[event])
+                if recorded[0].capped:
+                    raise ApiError(
+                        422, "too_many_reports",
+                        f"This notification already has {MAX_COUNTED} reports of {event.type.value}"
+                        + (" on this link." if link else "."),
+                    )  # fmt: skip
+                row = await conn.fetchrow(
+                    _ROW, notification_id, event.type.value, link, tenant_id, found["created_at"]
+                )
+        except asyncpg.LockNotAvailableError:
+            raise _busy() from None
     count_recorded(recorded, found["channel"])
     return EngagementRecorded(
         notification_id=notification_id,

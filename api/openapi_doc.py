@@ -74,8 +74,8 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/webhook-endpoints/{endpoint_id}/replay"): (409,),  # endpoint_disabled, replay_backlog
     ("put", "/v1/rate-limits/{rule_id}"): (409,),  # limit_reached: recipient rules
     ("post", "/v1/notifications/{notification_id}/cancel"): (409,),
-    ("post", "/v1/notifications/{notification_id}/events"): (415,),
-    ("post", "/v1/device/events"): (403, 404, 415),
+    ("post", "/v1/notifications/{notification_id}/events"): (415, 429),  # engagement_busy
+    ("post", "/v1/device/events"): (403, 404, 415, 429),  # api/engagement_gate.py
     ("post", "/v1/templates"): (409,),
     ("post", "/v1/rate-limits"): (409,),
     ("post", "/v1/keys/{key_id}/revoke"): (409,),

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 import asyncpg
 
 from api.engagement import count_recorded
+from api.engagement_gate import LOCK_TIMEOUT_MS, EngagementGate
 from api.errors import ApiError
-from api.tracking_gate import LOCK_TIMEOUT_MS, TrackingGate
 from clarion import metrics
 from clarion.tracking_tokens import InvalidToken, TrackingClaims, verify_tracking_token
 from core.engagement import EngagementEvent, record_engagement
@@ -61,10 +61,10 @@ def claims_of(token: str, *, secrets: Sequence[str]) -> TrackingClaims:
 
 
 async def record_hit(
-    *, pool: asyncpg.Pool, gate: TrackingGate, claims: TrackingClaims, user_agent: str | None
+    *, pool: asyncpg.Pool, gate: EngagementGate, claims: TrackingClaims, user_agent: str | None
 ) -> None:
     """Fold one pixel or link hit into its notification's engagement (nothing when the notification
-    is gone, past the log's retention, or when the hit gets no turn: ``api.tracking_gate``)."""
+    is gone, past the log's retention, or when the hit gets no turn: ``api.engagement_gate``)."""
     if claims.link is not None:
         kind = EngagementType.clicked
     else:

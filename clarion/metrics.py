@@ -98,7 +98,7 @@ ENGAGEMENT_EVENTS = Counter(
 TRACKING_HITS_UNRECORDED = Counter(
     "clarion_tracking_hits_unrecorded_total",
     "Email-tracking hits answered but not recorded: busy (the tenant's or the process's turns were "
-    "taken) or locked (their engagement row stayed locked); api/tracking_gate.py.",
+    "taken) or locked (their engagement row stayed locked); api/engagement_gate.py.",
     ["reason"],
 )
 

@@ -47,6 +47,7 @@ async def report(notification_id: UUID, request: Request) -> EngagementRecorded:
     body = parse_body(await request.body(), EngagementIn)
     return await report_engagement(
         pool=request.app.state.pool,
+        gate=request.app.state.engagement_gate,
         tenant_id=principal.tenant_id,
         notification_id=notification_id,
         report=body,
@@ -70,6 +71,7 @@ async def report_from_device(request: Request) -> EngagementRecorded:
     tenant_id, notification_id = device_claims(token=body.token, secrets=secrets)
     return await report_engagement(
         pool=request.app.state.pool,
+        gate=request.app.state.engagement_gate,
         tenant_id=tenant_id,
         notification_id=notification_id,
         report=body,

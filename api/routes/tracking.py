@@ -38,7 +38,10 @@ async def open_pixel(request: Request, token: str = Token) -> Response:
         raise ApiError(404, "not_found", "This token is a link's, not an open pixel's.")
     state = request.app.state
     await record_hit(
-        pool=state.pool, gate=state.tracking_gate, claims=claims, user_agent=request.headers.get("user-agent")
+        pool=state.pool,
+        gate=state.engagement_gate,
+        claims=claims,
+        user_agent=request.headers.get("user-agent"),
     )
     return Response(PIXEL, media_type="image/gif", headers=_NO_STORE)
 
@@ -52,6 +55,9 @@ async def click(request: Request, token: str = Token) -> RedirectResponse:
         raise ApiError(404, "not_found", "This token is an open pixel's, not a link's.")
     state = request.app.state
     await record_hit(
-        pool=state.pool, gate=state.tracking_gate, claims=claims, user_agent=request.headers.get("user-agent")
+        pool=state.pool,
+        gate=state.engagement_gate,
+        claims=claims,
+        user_agent=request.headers.get("user-agent"),
     )
     return RedirectResponse(claims.link, status_code=302, headers=_NO_STORE)

@@ -68,7 +68,7 @@ async def test_a_flood_of_one_pixel_holds_no_more_than_its_share_of_the_pool(
 ) -> None:
     """Anyone holding a tracked mail can load its pixel in a loop, and every hit of one token
     updates one engagement row: the hits queued on its lock, each holding a pooled connection the
-    accept path shares, and another tenant's sends waited for one (api/tracking_gate.py). The row is
+    accept path shares, and another tenant's sends waited for one (api/engagement_gate.py). The row is
     held locked here so the hits wait inside PostgreSQL, as a flood's do on each other."""
     nid, _ = await sent_notification(engine, tenant, channel="email")
     url = f"/t/o/{token(settings, tenant, nid, None)}"

@@ -3,19 +3,23 @@ same event as the backend's, tokens of a previous secret honoured, forged or exp
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
+import asyncpg
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.engagement_tokens import make_engagement_token
+from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from harness.services import ApiServer, api_client
-from tests.conftest import TenantInfo
+from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error, refused
 from tests.fixtures.engagement import DEEP, device_token, events_url, rows
 from tests.fixtures.hooks import sent_notification
+from tests.fixtures.sends import email_send
 
 
 async def test_a_device_reports_an_open_with_its_token_idempotently(
@@ -94,3 +98,39 @@ async def test_a_token_for_a_notification_since_deleted_is_404(
     async with api_client(api.url, None) as device:
         response = await device.post("/v1/device/events", json={"token": token, "type": "opened"})
     assert_error(response, 404, "not_found")
+
+
+async def test_a_flood_of_one_devices_report_holds_no_more_than_its_share_of_the_pool(
+    api: ApiServer, engine: AsyncEngine, tenant: TenantInfo, settings: Settings
+) -> None:
+    """Anyone holding one push has its token for a month, and every report of it, a replay too,
+    locks one engagement row: the reports queued on that lock, each holding a pooled connection the
+    accept path shares, and another tenant's sends waited for one (api/engagement_gate.py). The row
+    is held locked here so the reports wait inside PostgreSQL, as a flood's do on each other."""
+    nid, _ = await sent_notification(engine, tenant, channel="push")
+    body = {"token": device_token(settings, tenant.id, nid), "type": "opened"}
+    locker = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    other = await make_tenant(engine)
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as device:
+        assert (await device.post("/v1/device/events", json=body)).status_code == 200
+        try:
+            await locker.execute("BEGIN")
+            await locker.execute(
+                "SELECT 1 FROM engagement WHERE notification_id = $1 FOR UPDATE", uuid.UUID(nid)
+            )
+            reports = [
+                asyncio.create_task(device.post("/v1/device/events", json=body))
+                for _ in range(3 * settings.db_pool_size)
+            ]
+            await asyncio.sleep(0.3)
+            async with api_client(api.url, other.key) as theirs:
+                started = time.monotonic()
+                send = await asyncio.wait_for(theirs.post("/v1/notifications", json=email_send()), 10)
+                assert send.status_code == 202, send.text
+                assert time.monotonic() - started < 1.0
+            answers = await asyncio.wait_for(asyncio.gather(*reports), 5)
+        finally:
+            await locker.close()
+    for answer in answers:
+        assert_error(answer, 429, "engagement_busy")
+        assert answer.headers["retry-after"] == "1"
