@@ -42,14 +42,14 @@ class EngagementGate:
         turns, hits = self._tenants.get(tenant_id) or (asyncio.Semaphore(self.per_tenant), 0)
         self._tenants[tenant_id] = (turns, hits + 1)
         taken: list[asyncio.Semaphore] = []
-        try:
-            async with asyncio.timeout(self.wait_s):
-                for semaphore in (turns, self._all):
-                    await semaphore.acquire()
-                    taken.append(semaphore)
-        except TimeoutError:
-            pass
-        try:
+        try:  # released whatever ends the hit, a cancellation while it waits too
+            try:
+                async with asyncio.timeout(self.wait_s):
+                    for semaphore in (turns, self._all):
+                        await semaphore.acquire()
+                        taken.append(semaphore)
+            except TimeoutError:
+                pass
             yield len(taken) == 2
         finally:
             for semaphore in taken:
