@@ -133,6 +133,8 @@ def is_public(address: IPAddress) -> bool:
             return is_public(ipaddress.IPv4Address(address.packed[-4:]))
         if address in _DOCUMENTATION_V6:
             return False
+    elif address in _IETF_PROTOCOL_V4 and address not in _GLOBAL_ANYCAST_V4:
+        return False
     return address.is_global and not (address.is_multicast or address.is_reserved or address.is_unspecified)
 
 
@@ -166,6 +168,10 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 # RFC 9637's documentation prefix, which Python's ipaddress (3.12) does not know yet: it calls
 # 3fff::1 global. Not routable, so never a webhook's address.
 _DOCUMENTATION_V6 = ipaddress.ip_network("3fff::/20")
+# RFC 6890's IETF protocol assignments, not globally reachable but for two anycast addresses (RFC
+# 7723, 8155); Python 3.11 calls all of it global (192.0.0.8 passed), newer Pythons as here.
+_IETF_PROTOCOL_V4 = ipaddress.ip_network("192.0.0.0/24")
+_GLOBAL_ANYCAST_V4 = (ipaddress.ip_address("192.0.0.9"), ipaddress.ip_address("192.0.0.10"))
 
 
 async def resolve(

@@ -94,6 +94,8 @@ def test_public_addresses_pass_and_their_disguises_do_not() -> None:
     assert not ssrf.is_public(ipaddress.ip_address("3fff::1"))  # RFC 9637 documentation prefix
     assert not ssrf.is_public(ipaddress.ip_address("3fff:fff:ffff::1"))
     assert ssrf.is_public(ipaddress.ip_address("3fff:1000::1"))  # past the /20: global unicast
+    assert not ssrf.is_public(ipaddress.ip_address("192.0.0.8"))  # RFC 6890 (Python 3.11: "global")
+    assert ssrf.is_public(ipaddress.ip_address("192.0.0.9"))  # RFC 7723's global anycast
 
 
 def test_the_host_header_keeps_the_name_and_a_non_default_port() -> None:
