@@ -3,23 +3,19 @@ same event as the backend's, tokens of a previous secret honoured, forged or exp
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
-import asyncpg
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.engagement_tokens import make_engagement_token
-from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from harness.services import ApiServer, api_client
-from tests.conftest import TenantInfo, make_tenant
+from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error, refused
-from tests.fixtures.engagement import DEEP, device_token, events_url, rows
+from tests.fixtures.engagement import DEEP, device_token, events_url, flood_behind_a_locked_row, rows
 from tests.fixtures.hooks import sent_notification
-from tests.fixtures.sends import email_send
 
 
 async def test_a_device_reports_an_open_with_its_token_idempotently(
@@ -109,28 +105,17 @@ async def test_a_flood_of_one_devices_report_holds_no_more_than_its_share_of_the
     is held locked here so the reports wait inside PostgreSQL, as a flood's do on each other."""
     nid, _ = await sent_notification(engine, tenant, channel="push")
     body = {"token": device_token(settings, tenant.id, nid), "type": "opened"}
-    locker = await asyncpg.connect(asyncpg_dsn(settings.database_url))
-    other = await make_tenant(engine)
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as device:
         assert (await device.post("/v1/device/events", json=body)).status_code == 200
-        try:
-            await locker.execute("BEGIN")
-            await locker.execute(
-                "SELECT 1 FROM engagement WHERE notification_id = $1 FOR UPDATE", uuid.UUID(nid)
-            )
-            reports = [
-                asyncio.create_task(device.post("/v1/device/events", json=body))
-                for _ in range(3 * settings.db_pool_size)
-            ]
-            await asyncio.sleep(0.3)
-            async with api_client(api.url, other.key) as theirs:
-                started = time.monotonic()
-                send = await asyncio.wait_for(theirs.post("/v1/notifications", json=email_send()), 10)
-                assert send.status_code == 202, send.text
-                assert time.monotonic() - started < 1.0
-            answers = await asyncio.wait_for(asyncio.gather(*reports), 5)
-        finally:
-            await locker.close()
+
+        answers = await flood_behind_a_locked_row(
+            settings=settings,
+            engine=engine,
+            api_url=api.url,
+            nid=nid,
+            hit=lambda: device.post("/v1/device/events", json=body),
+        )
+
     for answer in answers:
         assert_error(answer, 429, "engagement_busy")
         assert answer.headers["retry-after"] == "1"
