@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse
 from api.errors import ApiError
 from api.tracking import PIXEL, claims_of, record_hit
 from clarion.settings import Settings
-from clarion.tracking_tokens import MAX_TOKEN_CHARS
+from clarion.tracking_tokens import MAX_TOKEN_CHARS, TrackingClaims
 
 router = APIRouter(tags=["tracking"])
 
@@ -26,6 +26,25 @@ def _secrets(request: Request) -> list[str]:
     ]
 
 
+async def _recorded_hit(request: Request, token: str, *, link: bool) -> TrackingClaims:
+    """The claims of a pixel's (``link`` False) or a link's token, its hit recorded (or let go:
+    ``api.tracking.record_hit``); 404 for the other kind's token."""
+    claims = claims_of(token, secrets=_secrets(request))
+    if (claims.link is not None) != link:
+        message = (
+            "a link's, not an open pixel's" if claims.link is not None else "an open pixel's, not a link's"
+        )
+        raise ApiError(404, "not_found", f"This token is {message}.")
+    state = request.app.state
+    await record_hit(
+        pool=state.pool,
+        gate=state.engagement_gate,
+        claims=claims,
+        user_agent=request.headers.get("user-agent"),
+    )
+    return claims
+
+
 @router.get(
     "/t/o/{token}",
     response_class=Response,
@@ -33,16 +52,7 @@ def _secrets(request: Request) -> list[str]:
 )
 async def open_pixel(request: Request, token: str = Token) -> Response:
     """The open pixel of a tracked email: records an open (or a prefetch) of its notification."""
-    claims = claims_of(token, secrets=_secrets(request))
-    if claims.link is not None:
-        raise ApiError(404, "not_found", "This token is a link's, not an open pixel's.")
-    state = request.app.state
-    await record_hit(
-        pool=state.pool,
-        gate=state.engagement_gate,
-        claims=claims,
-        user_agent=request.headers.get("user-agent"),
-    )
+    await _recorded_hit(request, token, link=False)
     return Response(PIXEL, media_type="image/gif", headers=_NO_STORE)
 
 
@@ -50,14 +60,6 @@ async def open_pixel(request: Request, token: str = Token) -> Response:
 async def click(request: Request, token: str = Token) -> RedirectResponse:
     """A tracked email's link: records the click (or a link scanner's prefetch) and redirects to the
     link the signed token carries, never anywhere else."""
-    claims = claims_of(token, secrets=_secrets(request))
-    if claims.link is None:
-        raise ApiError(404, "not_found", "This token is an open pixel's, not a link's.")
-    state = request.app.state
-    await record_hit(
-        pool=state.pool,
-        gate=state.engagement_gate,
-        claims=claims,
-        user_agent=request.headers.get("user-agent"),
-    )
+    claims = await _recorded_hit(request, token, link=True)
+    assert claims.link is not None
     return RedirectResponse(claims.link, status_code=302, headers=_NO_STORE)
