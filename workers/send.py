@@ -138,12 +138,8 @@ class Sender:
         attempts = calls.attempts
         for i, provider in enumerate(chain):
             last = i == len(chain) - 1
-            board = self.breakers  # disabled, it still counts quota refusals (``_report``)
-            check = (
-                partial(board.check, provider.name, n.tenant_id)
-                if board is not None and board.settings.enabled
-                else None
-            )
+            board = self.breakers  # disabled, it refuses nothing but still counts quota refusals
+            check = partial(board.check, provider.name, n.tenant_id) if board is not None else None
             try:
                 result = await self.policy.run(
                     lambda p=provider: p.send(message),  # type: ignore[misc]
