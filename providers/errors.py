@@ -82,7 +82,9 @@ class QuotaExceeded(TransientProviderError):
     breaker for the provider (``workers.breaker``), and it slows no pacing: one tenant flooding one
     of its devices must not stop every tenant's pushes. Once several tenants are refused so within
     the breaker's window, each on a device of its own, it is taken for the provider's quota: it
-    counts on the provider's breaker and slows the pacing (``Breakers.widespread``)."""
+    counts on the provider's breaker and slows the pacing (``Breakers.widespread``). A refusal that
+    names the project's quota is no ``QuotaExceeded`` but a plain ``TransientProviderError``
+    (``providers.fcm._projects_quota``)."""
 
 
 class PermanentProviderError(ProviderError):

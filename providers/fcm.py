@@ -140,6 +140,14 @@ class FcmProvider:
         retry_after_s = parse_retry_after(headers.get("Retry-After"))
         # A specific errorCode decides; without one (or UNSPECIFIED_ERROR), the gRPC status and HTTP status do.
         unspecified = error_code is None or error_code == "UNSPECIFIED_ERROR"
+        if _projects_quota(error):  # named as the project's: every tenant's pushes share it
+            return TransientProviderError(
+                text,
+                provider=self.name,
+                code=code,
+                http_status=status,
+                retry_after_s=max(retry_after_s or 0.0, QUOTA_RETRY_AFTER_S),
+            )
         if error_code == "QUOTA_EXCEEDED":  # the project's, a device's or a topic's: FCM does not say
             return QuotaExceeded(
                 text,
@@ -232,6 +240,27 @@ def _fcm_error_code(document: dict[str, Any]) -> str | None:
         if detail.get("@type") == _FCM_ERROR_TYPE and isinstance(detail.get("errorCode"), str):
             return str(detail["errorCode"])
     return None
+
+
+_ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def _projects_quota(error: dict[str, Any]) -> bool:
+    """A refusal that names the project's own send quota. Google's quota layer answers it as ``429
+    RESOURCE_EXHAUSTED`` with a ``google.rpc.ErrorInfo`` of reason ``RATE_LIMIT_EXCEEDED`` whose
+    metadata give the quota's unit, ``1/min/{project}`` (limit ``SendsPerMinutePerProject``), as
+    reported from production in firebase/firebase-admin-go#719. A device's or a topic's quota
+    (``QUOTA_EXCEEDED`` alone) does not carry it."""
+    for detail in _details({"error": error}):
+        if detail.get("@type") != _ERROR_INFO_TYPE or detail.get("reason") != "RATE_LIMIT_EXCEEDED":
+            continue
+        metadata = detail.get("metadata")
+        if isinstance(metadata, dict) and (
+            "{project}" in str(metadata.get("quota_unit", ""))
+            or str(metadata.get("quota_limit", "")).endswith("PerProject")
+        ):
+            return True
+    return False
 
 
 def _about_token(error: dict[str, Any]) -> bool:

@@ -4,7 +4,11 @@ The token endpoint verifies google-auth's RS256 JWT-bearer assertion against the
 service-account key generated at start (``service_account_info()``, whose ``token_uri`` points
 here), and issues bearer tokens that ``messages:send`` checks. As FCM, it takes at most
 ``device_quota_per_minute`` (240) sends to one device in any minute; past that it answers
-``429 QUOTA_EXCEEDED``, the answer it also gives for the project's quota.
+``429 QUOTA_EXCEEDED``, the answer it also gives for ``force_rate_limit``: FCM's ErrorCode reference
+uses the one code for the project's message rate too. ``use_up_project_quota(n)`` answers the next
+``n`` sends as Google's quota layer answers a project past its sends a minute, naming the quota
+(``google.rpc.ErrorInfo``, reason ``RATE_LIMIT_EXCEEDED``; the shape reported from production in
+firebase/firebase-admin-go#719).
 """
 
 from __future__ import annotations
@@ -51,6 +55,29 @@ def error_body(status: int, grpc_status: str, message: str, error_code: str | No
     return {"error": {"code": status, "message": message, "status": grpc_status, "details": details}}
 
 
+def project_quota_body(project_number: str) -> dict[str, Any]:
+    """Google's answer to a project past its sends a minute: no FcmError, the quota named."""
+    message = (
+        "Quota exceeded for quota metric 'Send requests' and limit 'Send requests per minute' of "
+        f"service 'fcm.googleapis.com' for consumer 'project_number:{project_number}'."
+    )
+    info = {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": "RATE_LIMIT_EXCEEDED",
+        "domain": "googleapis.com",
+        "metadata": {
+            "quota_limit_value": "600000",
+            "consumer": f"projects/{project_number}",
+            "quota_metric": "fcm.googleapis.com/send_requests",
+            "quota_unit": "1/min/{project}",
+            "service": "fcm.googleapis.com",
+            "quota_location": "global",
+            "quota_limit": "SendsPerMinutePerProject",
+        },
+    }
+    return {"error": {"code": 429, "message": message, "status": "RESOURCE_EXHAUSTED", "details": [info]}}
+
+
 class FakeFcm(AiohttpFake):
     """One Firebase project. ``fail_token(token, errorCode)`` forces an FCM error for that device."""
 
@@ -71,6 +98,7 @@ class FakeFcm(AiohttpFake):
         self.device_quota_per_minute = device_quota_per_minute
         self._recent: deque[tuple[float, str]] = deque()  # (time, device) of the last minute's sends
         self._per_device: Counter[str] = Counter()  # and how many each device had
+        self._project_refusals = 0  # sends still to be refused as past the project's quota
 
     def service_account_info(self) -> dict[str, Any]:
         """A service-account key file for this fake (``token_uri`` is the fake's token endpoint)."""
@@ -98,6 +126,10 @@ class FakeFcm(AiohttpFake):
         """Device ``token`` has had its minute's quota of pushes: the next ones get QUOTA_EXCEEDED."""
         self._recent.extend([(time.monotonic(), token)] * self.device_quota_per_minute)
         self._per_device[token] += self.device_quota_per_minute
+
+    def use_up_project_quota(self, refusals: int) -> None:
+        """The next ``refusals`` sends are refused as past the project's quota, the quota named."""
+        self._project_refusals = refusals
 
     def expire_access_tokens(self) -> None:
         """Every access token issued so far is now refused with 401 UNAUTHENTICATED."""
@@ -178,6 +210,9 @@ class FakeFcm(AiohttpFake):
         if request.match_info["project"] != self.project_id:
             return json_response(403, error_body(403, "PERMISSION_DENIED", "Permission denied.", None))
         forced = self.next_forced()
+        if self._project_refusals > 0:
+            self._project_refusals -= 1
+            return json_response(429, project_quota_body("1" * 12))
         if forced is not None and forced.kind == "rate_limit":
             return self._error("QUOTA_EXCEEDED", **{"Retry-After": str(int(forced.retry_after_s or 60))})
         if forced is not None and forced.kind == "server_error":

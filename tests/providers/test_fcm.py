@@ -194,6 +194,27 @@ async def test_a_device_past_its_quota_is_refused_alone_with_the_projects_answer
     assert [m["token"] for m in fake.delivered] == ["busy-device"] * 3 + ["another-device"]
 
 
+async def test_the_projects_quota_named_as_such_is_the_providers_not_a_tenants(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    """Google's quota layer names a project past its sends a minute (``google.rpc.ErrorInfo``,
+    ``1/min/{project}``). Before, it was a plain transient error tried again within seconds; FCM
+    asks for a minute. A ``QuotaExceeded`` would have charged it to one tenant alone."""
+    fake.use_up_project_quota(1)
+
+    with pytest.raises(TransientProviderError) as caught:
+        await provider.send(push())
+    await provider.send(push())
+
+    assert type(caught.value) is TransientProviderError
+    assert (caught.value.code, caught.value.http_status, caught.value.retry_after_s) == (
+        "RESOURCE_EXHAUSTED",
+        429,
+        60,
+    )
+    assert len(fake.delivered) == 1
+
+
 @pytest.mark.parametrize(("status", "error_code"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])
 async def test_server_error_raises_transient(
     fake: FakeFcm, provider: FcmProvider, status: int, error_code: str

@@ -100,6 +100,20 @@ async def test_a_quota_every_tenant_runs_into_stops_every_tenant_and_slows_the_p
     assert pacing.factor("fcm") == 0.5
 
 
+async def test_the_projects_quota_named_as_such_slows_the_pace_at_its_first_refusal(
+    fcm: tuple[FakeFcm, Sender, AdaptivePacing],
+) -> None:
+    """When FCM names the quota as the project's, no three tenants need to run into it first."""
+    fake, s, pacing = fcm
+    fake.use_up_project_quota(MIN_CALLS)
+
+    refused = [await push(s, "tenant-a", f"device-{i}") for i in range(MIN_CALLS)]
+
+    assert all([e.code for e in c.errors] == ["RESOURCE_EXHAUSTED"] for c in refused)
+    assert pacing.factor("fcm") == 0.5
+    assert s.breakers is not None and s.breakers.snapshot() == {"fcm": "open"}
+
+
 async def test_a_tenants_quota_refusal_answering_the_providers_probe_leaves_fcm_to_every_tenant(
     fcm: tuple[FakeFcm, Sender, AdaptivePacing],
 ) -> None:
