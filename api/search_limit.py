@@ -1,6 +1,7 @@
 """How much of the database one tenant's searches of its log (``GET /v1/notifications``, and its
 dead letters at ``GET /v1/ops/dlq/{channel}``) may hold: at most
-``CLARION_SEARCH_CONCURRENCY_PER_TENANT`` searches at once in one API process, each for at most
+``CLARION_SEARCH_CONCURRENCY_PER_TENANT`` searches at once, however many API processes serve it,
+each for at most
 ``CLARION_SEARCH_TIMEOUT_S`` of PostgreSQL time.
 
 A search reads the tenant's rows newest first and filters by status, channel or user on the way
@@ -13,10 +14,16 @@ An index per filter would cost every send an index entry per status change; the 
 send path nothing and grows with nothing: a tenant holds at most its share of backends, each for
 at most the timeout, whatever its row count.
 
+The share holds across every API process on the database, not only within one: ``clarion api
+--workers N`` and replicas each counted their own, so a tenant ran N times its share (the note of
+2026-11-28). A search first takes a turn in its process (no connection is taken past it), then one
+of the tenant's ``per_tenant`` slots in PostgreSQL: a transaction-scoped advisory lock, tried in
+the same round trip that sets the time bound, never waited for, let go with the transaction.
+
 Errors (``ApiError``)::
 
-    429 too_many_searches   the tenant already runs its share of searches in this API process
-                            (``Retry-After: 1``)
+    429 too_many_searches   the tenant already runs its share of searches, in this API process or
+                            in all of them (``Retry-After: 1``)
     422 search_too_broad    the search read for longer than the timeout: narrow it with
                             ``since``/``until`` or ``user``
 """
@@ -34,6 +41,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.errors import ApiError
 
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement stopped by statement_timeout
+
+# The time bound and the first free slot of the tenant's share, in one round trip. Each slot is a
+# transaction-scoped advisory lock keyed as api/caps.py keys its own; a slot held elsewhere is
+# skipped (try, never wait), and LIMIT 1 stops at the first one taken, so at most one is held.
+TAKE_SLOT = sa.text("""
+SELECT set_config('statement_timeout', :timeout_ms, true),
+       (SELECT slot FROM generate_series(0, :share - 1) AS slot
+         WHERE pg_try_advisory_xact_lock(hashtextextended('search:' || :tenant || ':' || slot, 0))
+         LIMIT 1)
+""")
 
 
 class SearchLimit:
@@ -54,16 +71,13 @@ class SearchLimit:
         connection: a tenant retrying its 429s at once (2,600 in 20 s) cost another tenant's accept
         2x more than no bound at all while each refusal took one and pinged it first."""
         if self._running[tenant_id] >= self.per_tenant:
-            raise ApiError(
-                429,
-                "too_many_searches",
-                f"This tenant already runs {self.per_tenant} searches at once; retry when one is done.",
-                headers={"Retry-After": "1"},
-            )
+            raise self._too_many()
         self._running[tenant_id] += 1
         try:
             async with engine.connect() as conn:
-                await conn.execute(sa.text(f"SET LOCAL statement_timeout = {self.timeout_ms}"))
+                bound = {"timeout_ms": str(self.timeout_ms), "share": self.per_tenant, "tenant": tenant_id}
+                if (await conn.execute(TAKE_SLOT, bound)).one()[1] is None:
+                    raise self._too_many()  # the share is taken by the tenant's searches elsewhere
                 yield conn
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) != QUERY_CANCELED:
@@ -77,3 +91,11 @@ class SearchLimit:
             self._running[tenant_id] -= 1
             if not self._running[tenant_id]:
                 del self._running[tenant_id]
+
+    def _too_many(self) -> ApiError:
+        return ApiError(
+            429,
+            "too_many_searches",
+            f"This tenant already runs {self.per_tenant} searches at once; retry when one is done.",
+            headers={"Retry-After": "1"},
+        )

@@ -206,7 +206,7 @@ class Settings(BaseSettings):
         default=2,
         ge=1,
         le=1_000,
-        description="Searches of the log (GET /v1/notifications, GET /v1/ops/dlq/{channel}) one tenant may run at once in one API process; more are answered 429 too_many_searches.",
+        description="Searches of the log (GET /v1/notifications, GET /v1/ops/dlq/{channel}) one tenant may run at once, counted across every API process on the database; more are answered 429 too_many_searches.",
     )
     search_timeout_s: float = Field(
         default=5.0,

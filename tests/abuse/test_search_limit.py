@@ -1,5 +1,5 @@
-"""A tenant's searches of its log (and its analytics reads) hold at most their share of the database: a few at once per API
-process (429 ``too_many_searches`` past it) and each for at most the search timeout (422
+"""A tenant's searches of its log (and its analytics reads) hold at most their share of the database: a few at once, counted across every API
+process on the database (429 ``too_many_searches`` past it) and each for at most the search timeout (422
 ``search_too_broad``), so one tenant's broad searches cannot slow another tenant's sends.
 
 The searches are held in the database for real: another connection takes an ``ACCESS EXCLUSIVE``
@@ -87,6 +87,48 @@ async def test_searches_past_a_tenants_share_are_a_429_and_another_tenant_still_
             assert (await _search(ca)).status_code == 200
     finally:
         await api.stop()
+
+
+async def _waiting_on_the_lock(engine: AsyncEngine, count: int) -> bool:
+    """``count`` searches of this database wait on the locked table (past taking their slots)."""
+    async with engine.connect() as conn:
+        waiting = await conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return waiting.scalar_one() == count
+
+
+async def test_the_share_holds_across_api_processes_on_one_database(
+    settings: Settings, engine: AsyncEngine, users_locked: asyncpg.Connection
+) -> None:
+    """Before, each process counted its own: two processes let a tenant run twice its share."""
+    first, second = await _limited_api(settings, timeout_s=60), await _limited_api(settings, timeout_s=60)
+    a, b = await make_tenant(engine), await make_tenant(engine)
+    try:
+        async with (
+            api_client(first.url, a.key) as a_first,
+            api_client(second.url, a.key) as a_second,
+            api_client(second.url, b.key) as b_second,
+        ):
+            for client in (a_first, a_second, b_second):
+                assert (await client.get("/v1/notifications")).status_code == 200  # keys cached
+            await _lock(users_locked)
+            held = [asyncio.create_task(_search(a_first)) for _ in range(SHARE)]
+            await wait_until(lambda: _waiting_on_the_lock(engine, SHARE), interval_s=0.01)
+
+            assert_error(await _search(a_second), 429, "too_many_searches")
+            assert_error(await a_second.get("/v1/analytics"), 429, "too_many_searches")
+            other = asyncio.create_task(_search(b_second))  # another tenant's share is its own
+            await wait_until(lambda: second.app.state.searches.running(b.id) == 1, interval_s=0.01)
+            assert not other.done()
+
+            await users_locked.execute("ROLLBACK")
+            answers = await asyncio.gather(*held, other)
+            assert [r.status_code for r in answers] == [200] * (SHARE + 1)
+            assert (await _search(a_second)).status_code == 200  # the slots went with their transactions
+    finally:
+        await first.stop()
+        await second.stop()
 
 
 async def test_a_search_past_the_timeout_is_a_422_and_frees_its_slot(
