@@ -2,7 +2,7 @@
 
 The log is the truth: a dead notification is a ``notifications`` row with status ``dead`` (the
 ``.dlq`` topic carries a copy for tooling). A redrive moves matching rows back to ``retrying``,
-due now, with the attempt count reset to 0 (earlier ``delivery_attempts`` rows stay; the new
+due now, with the attempt and render-deferral counts reset to 0 (earlier ``delivery_attempts`` rows stay; the new
 attempts are numbered from 1 again), then publishes them to their channel's lane. Rows whose
 publish fails are republished by the relay (``retrying``, due, never published since), so a
 redrive is never lost. It works in batches, each its own transaction, so a large redrive
@@ -209,6 +209,7 @@ async def redrive(
                not_before = now(),
                lease_until = NULL,
                claims = 0,
+               deferrals = 0,
                published_at = NULL,
                history = n.history || jsonb_build_array(jsonb_build_object(
                    'status', 'retrying',

@@ -60,6 +60,13 @@ INTERNAL_ERRORS = Counter(
     "Notifications ended by an unexpected exception in the worker (they fail alone), by exception class.",
     ["channel", "exception"],
 )
+RENDER_DEFERRALS = Counter(
+    "clarion_worker_render_deferrals_total",
+    "Sends a worker deferred because their tenant's earlier renders held its render turn, by "
+    "decision: deferred (delayed for a later batch), dead (deferred CLARION_MAX_RENDER_DEFERRALS "
+    "times already).",
+    ["channel", "decision"],
+)
 RATE_LIMIT_RULES_SKIPPED = Gauge(
     "clarion_rate_limit_rules_skipped",
     "Stored rate-limit rules left out at the last load because no limiter can enforce their parameters.",

@@ -99,6 +99,17 @@ class Settings(BaseSettings):
             "it each time) before it goes `dead` to the DLQ instead of being retried forever."
         ),
     )
+    max_render_deferrals: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description=(
+            "Times a worker may defer a notification because its tenant's earlier renders still "
+            "hold the render turn (`render_deferred`, each at most 5 minutes ahead) before it goes "
+            "`dead` to the DLQ (`render_deferred_too_often`) instead of being claimed and recorded "
+            "again for as long as the tenant's renders stay slow."
+        ),
+    )
     lease_s: float = Field(
         default=30.0,
         gt=0,

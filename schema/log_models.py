@@ -75,6 +75,11 @@ class Notification(SQLModel, table=True):
     attempts: int = Field(default=0)
     claims: int = Field(default=0, sa_column=sa.Column(sa.SmallInteger, nullable=False, server_default="0"))
     """Claims since the last recorded outcome: past ``CLARION_MAX_CLAIMS`` the notification is dead."""
+    deferrals: int = Field(
+        default=0, sa_column=sa.Column(sa.SmallInteger, nullable=False, server_default="0")
+    )
+    """Times a worker deferred it for its tenant's busy render turn: past
+    ``CLARION_MAX_RENDER_DEFERRALS`` the notification is dead (``workers/render_deferral.py``)."""
     lease_until: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
     not_before: datetime | None = Field(default=None, sa_column=sa.Column(TS, nullable=True))
     provider: str | None = Field(default=None, max_length=32)

@@ -10,6 +10,7 @@ from uuid import UUID
 
 import asyncpg
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.pg import asyncpg_dsn
@@ -70,8 +71,6 @@ async def clarion(settings: Settings, *args: str) -> subprocess.CompletedProcess
 
 
 async def statuses(engine: AsyncEngine, ids: list[UUID]) -> dict[str, int]:
-    import sqlalchemy as sa
-
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
@@ -107,6 +106,10 @@ async def test_dlq_redrive_requeues_the_filtered_subset_with_a_progress_bar(
     settings: Settings, engine: AsyncEngine, tenant: TenantInfo, dead_sms: tuple[list[UUID], list[UUID]]
 ) -> None:
     matching, other = dead_sms
+    async with engine.begin() as conn:  # as if they had died deferred too often (workers/render_deferral.py)
+        await conn.execute(
+            sa.text("UPDATE notifications SET deferrals = 20 WHERE id = ANY(:ids)"), {"ids": matching}
+        )
 
     done = await clarion(settings, "dlq", "redrive", "sms", "--tenant", tenant.id, "--error-code", "20500")
 
@@ -116,6 +119,14 @@ async def test_dlq_redrive_requeues_the_filtered_subset_with_a_progress_bar(
     assert "1000/1200" in done.stderr, "progress is reported per batch"
     after = await statuses(engine, matching)
     assert "dead/5" not in after and sum(after.values()) == 1200
+    async with engine.connect() as conn:
+        deferrals = (
+            await conn.execute(
+                sa.text("SELECT DISTINCT deferrals FROM notifications WHERE id = ANY(:ids)"),
+                {"ids": matching},
+            )
+        ).scalars()
+        assert list(deferrals) == [0], "a redriven notification may be deferred again as often as a new one"
     assert await statuses(engine, other) == {"dead/5": 3}
 
 

@@ -221,6 +221,7 @@ class Worker:
             lease_s=settings.lease_s,
             concurrency=settings.worker_concurrency,
             max_claims=settings.max_claims,
+            max_deferrals=settings.max_render_deferrals,
             screens=steps.screens,
             gates=steps.gates,
         )

@@ -66,6 +66,8 @@ class ClaimedNotification:
     """Provider calls (and infrastructure faults) spent so far."""
     claims: int
     """Claims since the last recorded outcome, this one included."""
+    deferrals: int
+    """Times a worker deferred it for its tenant's busy render turn (``workers/render_deferral.py``)."""
     expires_at: datetime | None
     user_id: UUID
     external_user_id: str
@@ -109,7 +111,7 @@ UPDATE notifications n
          AND (n.not_before IS NULL OR n.not_before <= now()))
         OR (n.status = 'sending' AND n.lease_until < now()))
 RETURNING n.id, n.tenant_id, n.event_id, n.channel, n.category, n.priority, n.template, n.template_version,
-          n.locale, n.content, n.data, n.attempts, n.claims, n.expires_at, n.user_id,
+          n.locale, n.content, n.data, n.attempts, n.claims, n.deferrals, n.expires_at, n.user_id,
           u.external_id, u.email, u.phone, u.timezone, u.quiet_hours_start, u.quiet_hours_end
 """
 

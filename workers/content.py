@@ -15,6 +15,7 @@ deferred are booked one render apart after the tenant's last deferred one, at th
 hold the turn here, so a backlog is not claimed and recorded again and again. The wait is the
 renderer's own turn, asked for with a bound (``Renderer.turn(wait_s=...)``, ``TurnNotReady`` past
 it); the render inside re-enters that turn (``cpu_share`` off waits without bound, and need not).
+How often one notification may be deferred is bounded in ``workers/render_deferral.py``.
 """
 
 from __future__ import annotations

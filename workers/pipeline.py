@@ -4,8 +4,8 @@ claim -> screen (preferences, quiet hours, expiry) -> address -> render -> gate 
 caps, pacing) -> send -> conclude -> record.
 
 Each step is a call into the module named after it: ``claim``, ``steps`` (the screens and gates
-``wiring`` chose for the channel), ``recipients``, ``content``, ``send``, ``conclude`` and
-``record``. Every step either moves the notification forward or ends it with an ``Outcome``; one
+``wiring`` chose for the channel), ``recipients``, ``content`` (``render_deferral`` when the
+tenant's render turn is busy), ``send``, ``conclude`` and ``record``. Every step either moves the notification forward or ends it with an ``Outcome``; one
 notification's fault ends that notification alone (``_deliver_isolated``). The caller records the
 outcomes (retrying until done) and only then commits the batch's offsets. When tracing is on,
 the claim, the render, every provider call and the record add their spans (``workers.traces``).
@@ -36,6 +36,7 @@ from workers.expiry import ExpiryScreen
 from workers.outcome import Attempt, Outcome
 from workers.recipients import Address, addresses_for
 from workers.record import record
+from workers.render_deferral import deferred
 from workers.retry import RetryPolicy
 from workers.send import Sender
 from workers.steps import Gate, Screen
@@ -95,6 +96,7 @@ class Pipeline:
     lease_s: float
     concurrency: InitVar[int]  # provider calls in flight at most (``_slots``)
     max_claims: int = 5
+    max_deferrals: int = 20  # render deferrals before dead (``render_deferral``)
     screens: list[Screen] = field(default_factory=list)  # the expiry screen is added last
     gates: list[Gate] = field(default_factory=list)
     _slots: asyncio.Semaphore = field(init=False)
@@ -153,14 +155,9 @@ class Pipeline:
             )
         try:
             content = await self._render(n)
-        except RenderDeferred as deferred:
-            return Outcome(
-                notification_id=n.id,
-                status=Status.delayed,
-                error_code="render_deferred",
-                error_message="this tenant's earlier notifications were still rendering",
-                not_before=datetime.now(UTC) + timedelta(seconds=deferred.after_s),
-                detail="render deferred to a later batch",
+        except RenderDeferred as later:
+            return deferred(
+                notification=n, after_s=later.after_s, max_deferrals=self.max_deferrals, channel=self.channel
             )
         except RenderError as exc:
             return Outcome(

@@ -23,11 +23,13 @@ from core.webhook_events import WebhookEventIn, enqueue_events, outcome_event_ty
 from schema.enums import Channel, Status
 from schema.ids import created_window
 from workers.outcome import Outcome
+from workers.render_deferral import RENDER_DEFERRED
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RECORD = """
+# A render deferral is counted by the record that writes it: no write of its own.
+RECORD = f"""
 UPDATE notifications n
    SET status = v.status,
        attempts = n.attempts + v.calls,
@@ -39,6 +41,7 @@ UPDATE notifications n
        content_hash = coalesce(v.content_hash, n.content_hash),
        lease_until = NULL,
        claims = 0,
+       deferrals = least(n.deferrals + (v.error_code IS NOT DISTINCT FROM '{RENDER_DEFERRED}')::int, 32767),
        updated_at = now(),
        history = n.history || jsonb_build_array(jsonb_build_object(
            'status', v.status,
