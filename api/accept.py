@@ -24,7 +24,13 @@ from uuid import UUID
 
 import asyncpg
 
-from api.accept_checks import Recipient, check_content, check_push_devices, find_recipients
+from api.accept_checks import (
+    Recipient,
+    check_content,
+    check_push_devices,
+    find_recipients,
+    refuse_new_unprintable_ids,
+)
 from api.idempotency import existing_keys, key_locks, not_repeats, repeat_of
 from api.models import UserIn
 from api.submission import AcceptDecision, AcceptResult, Submission
@@ -153,6 +159,7 @@ async def _accept_round(
 ) -> None:
     fresh = await not_repeats(conn, sends, batch, decisions, locks)
     recipients = await find_recipients(conn, sends, fresh, decisions)
+    refuse_new_unprintable_ids(sends, recipients, decisions)
     await check_push_devices(conn, sends, recipients, decisions)
     versions = await check_content(conn, renderer, sends, recipients, decisions)
     passed = [i for i in fresh if decisions[i] is None]

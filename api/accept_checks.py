@@ -15,7 +15,7 @@ from uuid import UUID
 
 import asyncpg
 
-from api.errors import ApiError
+from api.errors import ApiError, unprintable_id
 from api.submission import AcceptDecision, Submission
 from core.render import Renderer, RenderError
 from core.render_types import RenderedContent
@@ -99,6 +99,22 @@ async def find_recipients(
         else:
             recipients[i] = recipient
     return recipients
+
+
+def refuse_new_unprintable_ids(
+    sends: Sequence[Submission], recipients: dict[int, Recipient], decisions: list[AcceptDecision | None]
+) -> None:
+    """Refuse the sends that would store a new identifier outside ``clarion.printable_ids``: their
+    event id (a repeat was answered before: ``recipients`` holds fresh sends only), or the id of the
+    inline user they create. One stored before the rule still works."""
+    for i in list(recipients):
+        req = sends[i].req
+        refusal = unprintable_id("event_id", req.event_id)
+        if refusal is None and req.user is not None and recipients[i].id is None:
+            refusal = unprintable_id("user.id", req.user.id)
+        if refusal is not None:
+            decisions[i] = refusal
+            del recipients[i]
 
 
 def _already_stored(user: UserIn, row: asyncpg.Record) -> bool:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.refusal_text import MAX_LISTED_ERRORS, MAX_QUOTE_CHARS, bounded, excerpt
+from clarion.printable_ids import unprintable
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,16 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
         details.append({"field": "body", "message": more, "type": "too_many_errors"})
     first = details[0] if details else {"field": "body", "message": "invalid"}
     return ApiError(422, "validation_error", f"{first['field']}: {first['message']}", details)
+
+
+def unprintable_id(field: str, value: str) -> ApiError | None:
+    """The 422 for a new identifier ``value`` of ``field`` outside ``clarion.printable_ids``, or
+    None when it is a printable id."""
+    problem = unprintable(value)
+    if problem is None:
+        return None
+    detail = {"field": field, "message": problem, "type": "unprintable_id"}
+    return ApiError(422, "validation_error", f"{field}: {problem}", [detail])
 
 
 def is_db_unavailable(exc: BaseException) -> bool:

@@ -157,7 +157,11 @@ class DeviceIn(Strict):
 
 
 class UserIn(Strict):
-    id: str = Field(min_length=1, max_length=255, description="your id for the user (external id)")
+    id: str = Field(
+        min_length=1,
+        max_length=255,
+        description="your id for the user (external id); a new one: printable characters only, no whitespace at either end",
+    )
     email: str | None = Field(default=None, max_length=320)
     phone: str | None = Field(default=None, description="E.164, like +14155550100")
     devices: list[DeviceIn] = Field(default_factory=list, max_length=50)
@@ -179,7 +183,11 @@ class ContentIn(Strict):
 
 
 class NotificationIn(Strict):
-    event_id: str = Field(min_length=1, max_length=255, description="your idempotency key, unique per tenant")
+    event_id: str = Field(
+        min_length=1,
+        max_length=255,
+        description="your idempotency key, unique per tenant; a new one: printable characters only, no whitespace at either end",
+    )
     user: UserIn | None = Field(
         default=None, description="the recipient, upserted with these contact details"
     )

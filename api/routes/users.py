@@ -16,7 +16,13 @@ from clarion.tenants import Principal
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
 ExternalId = Annotated[
-    str, Path(min_length=1, max_length=255, pattern=NO_NUL, description="your id for the user")
+    str,
+    Path(
+        min_length=1,
+        max_length=255,
+        pattern=NO_NUL,
+        description="your id for the user (a new one: printable characters only, no whitespace at either end)",
+    ),
 ]
 
 

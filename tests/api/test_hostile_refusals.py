@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.refusal_text import MAX_LISTED_ERRORS, MAX_QUOTE_CHARS, MAX_TEXT_CHARS
 from tests.fixtures.answers import refused
-from tests.fixtures.sends import email_send
+from tests.fixtures.sends import email_send, stored_as_before
 
 # An OSC 52 clipboard write, a bidi override, a newline and a C1 CSI (clears a terminal's screen).
 EVIL = "\x1b]52;c;aGk=\x07\u202egnp.exe\n\x9b2J"
@@ -106,9 +107,13 @@ async def test_a_bad_id_in_the_path_is_refused_without_its_bidi_override(client:
     assert error["message"] == "No user '\\x1b[2J\\u202ex'."
 
 
-async def test_a_reused_event_id_is_quoted_inert(client: httpx.AsyncClient) -> None:
-    send = email_send(event_id=f"evt-{EVIL}")
-    assert (await client.post("/v1/notifications", json=send)).status_code == 202
+async def test_a_reused_event_id_is_quoted_inert(client: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    """An event id stored before ids had to be printable (a new one is refused: test_hostile_ids)."""
+    send = email_send()
+    accepted = await client.post("/v1/notifications", json=send)
+    assert accepted.status_code == 202
+    send["event_id"] = f"evt-{EVIL}"
+    await stored_as_before(engine, accepted.json()["id"], send)
     again = await client.post("/v1/notifications", json={**send, "data": {"order_id": "other"}})
     error = refused(again, 409)
     assert error["code"] == "event_id_conflict"
