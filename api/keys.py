@@ -11,11 +11,12 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.caps import hold_under_cap
 from api.errors import ApiError
+from clarion.printable_ids import check_printable_id
 from clarion.tenants import create_api_key, split_key
 from schema.enums import Scope
 from schema.models import ApiKey
@@ -27,9 +28,16 @@ class KeyIn(BaseModel):
     model_config = {"extra": "forbid"}
 
     name: str = Field(
-        default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]*$"
+        default="default",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9 _.:-]*[A-Za-z0-9_.:-])?$",
+        description="letters, digits, spaces and _.:- (no space at either end)",
     )
     scopes: list[Scope] = Field(min_length=1, max_length=4, description="send, read, admin, preferences")
+
+    # The pattern says it for the document; the rule every identifier follows says it here too.
+    _printable = field_validator("name")(check_printable_id)
 
 
 class KeyOut(BaseModel):

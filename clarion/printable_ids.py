@@ -1,6 +1,6 @@
 """What an identifier a tenant chooses may hold: printable characters, no whitespace at either end.
 
-Event ids and user ids (a recipient's external id) travel: into logs, CSV exports,
+Event ids, user ids (a recipient's external id) and API key names travel: into logs, CSV exports,
 the operator's terminal (``clarion dlq list``), ``/ops`` and the tenants' own dashboards. Clarion
 quotes them escaped where it shows them (``clarion/inert.py``), but what reads them downstream may
 not: an escape sequence is acted on by a terminal, a bidi override reorders a line, a zero-width
@@ -20,7 +20,8 @@ An identifier stored before the rule keeps working wherever it names what is sto
 is locked out of its own data: lookups take it as before (``GET /v1/users/{id}``, a user's
 devices and preferences, ``GET /v1/notifications?user=``, a send's ``user_id``), a send repeating
 its event id answers as the repeat it is, and ``PUT /v1/users/{id}`` or a send's inline ``user``
-update such a user. Only creating one is refused: a new event id, a new user.
+update such a user. Only creating one is refused: a new event id, a new user, a new key name, a
+new tenant from ``clarion keys create``.
 """
 
 from __future__ import annotations

@@ -225,6 +225,7 @@ def _check_dev_key(settings: Settings) -> None:
 
 
 def _keys(args: argparse.Namespace, settings: Settings) -> None:
+    from clarion.printable_ids import unprintable
     from clarion.tenants import create_api_key, ensure_tenant, revoke_api_key
     from core.templates import install_default_templates
     from schema.db import create_engine
@@ -236,7 +237,11 @@ def _keys(args: argparse.Namespace, settings: Settings) -> None:
                 if args.action == "create":
                     if not args.tenant:
                         raise SystemExit("clarion: keys create needs --tenant")
-                    await ensure_tenant(conn, tenant_id=args.tenant)
+                    created = await ensure_tenant(conn, tenant_id=args.tenant)
+                    # Rolled back: a tenant stored before ids were checked still gets keys.
+                    problem = unprintable(args.tenant)
+                    if created and problem is not None:
+                        raise SystemExit(f"clarion: --tenant {problem}")
                     # The shipped templates (order_shipped, welcome...), so the README's first send
                     # works for this tenant as it does under clarion dev. Idempotent; a template the
                     # tenant changed stays the active one.

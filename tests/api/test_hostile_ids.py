@@ -119,6 +119,20 @@ async def test_put_user_with_a_new_unprintable_id_is_a_422_and_creates_nothing(
     assert_error(await client.post(user_path(hostile, "/preferences/link")), 404, "unknown_user")
 
 
+@pytest.mark.parametrize("name", ["ops ", " ops", "ops\t", "ops\u202e", "ops\x1b"], ids=ascii)
+async def test_an_api_key_name_with_edge_whitespace_or_controls_is_a_422(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    before = len((await client.get("/v1/keys")).json())
+    error = assert_error(
+        await client.post("/v1/keys", json={"name": name, "scopes": ["send"]}), 422, "validation_error"
+    )
+    assert error["details"][0]["field"] == "name"
+    assert len((await client.get("/v1/keys")).json()) == before
+    created = await client.post("/v1/keys", json={"name": "ops key", "scopes": ["send"]})
+    assert created.status_code == 201, created.text
+
+
 @pytest.mark.parametrize("external_id", PRINTABLE_IDS, ids=ascii)
 async def test_printable_ids_in_any_script_are_still_accepted_everywhere(
     client: httpx.AsyncClient, external_id: str
