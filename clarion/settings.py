@@ -100,13 +100,13 @@ class Settings(BaseSettings):
         ),
     )
     max_render_deferrals: int = Field(
-        default=20,
+        default=200,
         ge=1,
         le=1000,
         description=(
             "Times a worker may defer a notification because its tenant's earlier renders still "
-            "hold the render turn (`render_deferred`, each at most 5 minutes ahead) before it goes "
-            "`dead` to the DLQ (`render_deferred_too_often`) instead of being claimed and recorded "
+            "hold the render turn (`render_deferred`, each at most 5 minutes ahead: 200 is about 16 hours of "
+            "deferrals) before it goes `dead` to the DLQ (`render_deferred_too_often`) instead of being claimed and recorded "
             "again for as long as the tenant's renders stay slow."
         ),
     )

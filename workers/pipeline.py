@@ -96,7 +96,7 @@ class Pipeline:
     lease_s: float
     concurrency: InitVar[int]  # provider calls in flight at most (``_slots``)
     max_claims: int = 5
-    max_deferrals: int = 20  # render deferrals before dead (``render_deferral``)
+    max_deferrals: int = 200  # render deferrals before dead (``render_deferral``)
     screens: list[Screen] = field(default_factory=list)  # the expiry screen is added last
     gates: list[Gate] = field(default_factory=list)
     _slots: asyncio.Semaphore = field(init=False)
