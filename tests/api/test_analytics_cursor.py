@@ -1,0 +1,62 @@
+"""The analytics cursor round-trips a row's key and refuses, with 422 ``invalid_cursor``, a key
+the database could not take even when it carries a valid MAC (a leaked secret)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from api.analytics_cursor import Question, _mac, decode_cursor, encode_cursor
+from api.errors import ApiError
+
+SECRET = b"s" * 32
+AT = datetime(2026, 3, 1, 5, tzinfo=UTC)
+Q = Question("t-1", AT, AT.replace(day=3), "hour", ("template", "template_version"), None, None, None)
+
+
+def signed(raw: Any) -> str:
+    payload = json.dumps(raw, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    b64 = lambda b: base64.urlsafe_b64encode(b).decode().rstrip("=")  # noqa: E731
+    return f"{b64(payload)}.{b64(_mac(SECRET, Q, payload))}"
+
+
+@pytest.mark.parametrize("group", [("", 0), ('b\u00e9 "q" \\', 7), ("x" * 128, -(2**31))])
+def test_a_key_round_trips(group: tuple[str, int]) -> None:
+    cursor = encode_cursor(secret=SECRET, question=Q, key=(AT, group))
+    assert decode_cursor(secret=SECRET, question=Q, cursor=cursor) == (AT, group)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [0, "a"],  # one value short
+        [0, "a", 1, 2],
+        {"at": 0},
+        ["0", "a", 1],
+        [10**30, "a", 1],
+        [-(10**30), "a", 1],
+        [1.5, "a", 1],
+        [0, "a\x00b", 1],
+        [0, "x" * 129, 1],
+        [0, 5, 1],
+        [0, "a", "1"],
+        [0, "a", 2**31],
+        [0, "a", True],
+        [0, "\ud800", 1],  # a lone surrogate
+        [0, None, 1],
+    ],
+)
+def test_a_signed_key_the_database_could_not_take_is_refused(raw: Any) -> None:
+    with pytest.raises(ApiError) as caught:
+        decode_cursor(secret=SECRET, question=Q, cursor=signed(raw))
+    assert caught.value.status == 422 and caught.value.code == "invalid_cursor"
+
+
+def test_another_secret_is_refused() -> None:
+    cursor = encode_cursor(secret=b"old", question=Q, key=(AT, ("a", 1)))
+    with pytest.raises(ApiError):
+        decode_cursor(secret=SECRET, question=Q, cursor=cursor)

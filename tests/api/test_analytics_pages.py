@@ -1,0 +1,176 @@
+"""GET /v1/analytics a page at a time: every row exactly once in the answer's order, whatever the
+grouping; a cursor works only for the tenant and the question it was issued for; every bad
+cursor or limit is a 422 with the error body."""
+
+from __future__ import annotations
+
+import base64
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.analytics_cursor import CURSOR_PATTERN
+from harness.services import ApiServer, api_client
+from harness.tenants import TenantInfo
+from tests.conftest import make_tenant
+from tests.fixtures.answers import assert_error
+
+START = datetime(2026, 3, 1, tzinfo=UTC)
+RANGE = {"since": START.isoformat(), "until": (START + timedelta(days=2)).isoformat()}
+GROUPING = "channel,template,template_version,category,provider"
+ALL = GROUPING.split(",")
+# Empty values ('' template, category and provider; version 0) and values that sort around them.
+VALUES = [
+    ("email", "", 0, "", ""),
+    ("email", "", 0, "", "sendgrid"),
+    ("email", "a", 1, "", ""),
+    ("email", "a", 2, "news", "sendgrid"),
+    ("email", "b\u00e9", 1, " ", "ses"),
+    ("sms", "", 0, "", "twilio"),
+    ("sms", "a", 1, "alerts", "twilio"),
+    ("push", "z", 10, "", "fcm"),
+]
+
+
+async def add_rollups(engine: AsyncEngine, tenant_id: str) -> None:
+    """Six hours of ``VALUES`` (48 rows, every hour's eight sharing one ``at``), hours apart so a
+    day holds them all."""
+    rows = [
+        {"t": tenant_id, "h": START + timedelta(hours=3 * i), "c": c, "tp": tp, "v": v, "cat": cat, "p": p}
+        for i in range(6)
+        for c, tp, v, cat, p in VALUES
+    ]
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "INSERT INTO analytics_hourly (tenant_id, hour, channel, template, template_version, category,"
+            " provider, accepted, sent, opened) VALUES ($1, $2, $3, $4, $5, $6, $7, 4, 2, 1)",
+            [tuple(r.values()) for r in rows],
+        )
+
+
+async def pages(client: httpx.AsyncClient, params: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        answer = await client.get("/v1/analytics", params=params | ({"cursor": cursor} if cursor else {}))
+        assert answer.status_code == 200, answer.text
+        out.append(answer.json())
+        cursor = out[-1]["next_cursor"]
+        if cursor is None:
+            return out
+
+
+def keys(rows: list[dict[str, Any]], dims: list[str]) -> list[tuple[Any, ...]]:
+    return [(r["at"], *(r["group"][d] for d in dims)) for r in rows]
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7, 48, 1000])
+@pytest.mark.parametrize(
+    ("interval", "group_by"),
+    [("hour", GROUPING), ("day", GROUPING), ("day", "provider,template"), ("day", "")],
+)
+async def test_pages_hold_every_row_once_in_the_whole_answers_order(
+    engine: AsyncEngine,
+    tenant: TenantInfo,
+    client: httpx.AsyncClient,
+    limit: int,
+    interval: str,
+    group_by: str,
+) -> None:
+    await add_rollups(engine, tenant.id)
+    params = RANGE | {"interval": interval, "group_by": group_by}
+    whole = (await client.get("/v1/analytics", params=params)).json()
+    assert whole["next_cursor"] is None
+    paged = await pages(client, params | {"limit": limit})
+    dims = [d for d in group_by.split(",") if d]
+    rows = [r for p in paged for r in p["rows"]]
+    assert rows == whole["rows"]  # same rows, counts and rates, same order, none twice
+    assert len(set(keys(rows, dims))) == len(rows)
+    assert all(len(p["rows"]) == limit for p in paged[:-1]) and 0 < len(paged[-1]["rows"]) <= limit
+    groups = {tuple(v[ALL.index(d)] for d in dims) for v in VALUES}
+    assert len(rows) == (6 if interval == "hour" else 1) * len(groups)
+    assert sum(r["counts"]["accepted"] for r in rows) == 4 * 48
+
+
+async def test_a_full_last_page_says_there_is_no_next(
+    engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    await add_rollups(engine, tenant.id)
+    paged = await pages(client, RANGE | {"interval": "hour", "group_by": GROUPING, "limit": 8})
+    assert [len(p["rows"]) for p in paged] == [8] * 6
+
+
+async def test_a_cursor_is_refused_for_another_question_or_tenant(
+    api: ApiServer, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    await add_rollups(engine, tenant.id)
+    params = RANGE | {"interval": "hour", "group_by": GROUPING, "limit": 5}
+    cursor = (await client.get("/v1/analytics", params=params)).json()["next_cursor"]
+    assert (await client.get("/v1/analytics", params=params | {"cursor": cursor})).status_code == 200
+    for other in (
+        {"group_by": "channel,template,template_version,category"},
+        {"interval": "day"},
+        {"until": (START + timedelta(days=3)).isoformat()},
+        {"channel": "email"},
+        {"category": ""},
+    ):
+        answer = await client.get("/v1/analytics", params=params | other | {"cursor": cursor})
+        assert_error(answer, 422, "invalid_cursor")
+    other_tenant = await make_tenant(engine)
+    await add_rollups(engine, other_tenant.id)
+    async with api_client(api.url, other_tenant.key) as c:
+        assert_error(await c.get("/v1/analytics", params=params | {"cursor": cursor}), 422, "invalid_cursor")
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+async def test_an_edited_cursor_is_refused(
+    engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    await add_rollups(engine, tenant.id)
+    params = RANGE | {"interval": "hour", "group_by": GROUPING, "limit": 5}
+    cursor = (await client.get("/v1/analytics", params=params)).json()["next_cursor"]
+    body, mac = cursor.split(".")
+    payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    edited = payload.replace(b'"email"', b'"sms"')
+    assert edited != payload
+    for bad in (f"{b64(edited)}.{mac}", f"{body}.{b64(b'x' * 16)}", f"{body}.{mac[:-2]}AA"):
+        assert_error(
+            await client.get("/v1/analytics", params=params | {"cursor": bad}), 422, "invalid_cursor"
+        )
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "",
+        ".",
+        "a.b",
+        b64(b"not json at all") + "." + b64(b"0" * 16),
+        b64(b"[1e400]") + "." + b64(b"0" * 16),
+        b64(b"[" * 5000) + "." + b64(b"0" * 16),
+        b64(b'[99999999999999999999999999,"email"]') + "." + b64(b"0" * 16),
+        b64(b"\x00\xff\xfe") + "." + b64(b"\x00" * 16),
+        "A" * 2801 + "." + "A" * 22,
+        "a\x00b.cccccccccccccccccccccc",
+        "%00",
+        "=" * 30,
+    ],
+)
+async def test_a_hostile_cursor_is_a_422_with_the_error_body(client: httpx.AsyncClient, cursor: str) -> None:
+    # The route's pattern (in the OpenAPI document) refuses what cannot be a cursor; the MAC the rest.
+    code = "invalid_cursor" if re.fullmatch(CURSOR_PATTERN, cursor) else "validation_error"
+    answer = await client.get("/v1/analytics", params=RANGE | {"group_by": GROUPING, "cursor": cursor})
+    assert_error(answer, 422, code)
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "1001", str(2**64), "1.5", "many"])
+async def test_a_limit_out_of_bounds_is_a_422(client: httpx.AsyncClient, limit: str) -> None:
+    assert_error(await client.get("/v1/analytics", params={"limit": limit}), 422, "validation_error")
