@@ -79,11 +79,18 @@
     const since = until.getTime() - HOURS * 3600000;
     const query = new URLSearchParams({ interval: "hour", group_by: "channel,template",
       since: new Date(since).toISOString(), until: until.toISOString() });
-    const response = await fetch(`/v1/analytics?${query}`, { headers: { Authorization: "Bearer " + key } });
-    if (response.status !== 200) { box.dataset.error = String(response.status); return; }
-    const body = await response.json();
+    const rows = [];
+    let cursor = null;
+    do { // the answer comes a page at a time: follow next_cursor to the last page (null)
+      if (cursor) query.set("cursor", cursor);
+      const response = await fetch(`/v1/analytics?${query}`, { headers: { Authorization: "Bearer " + key } });
+      if (response.status !== 200) { box.dataset.error = String(response.status); return; }
+      const body = await response.json();
+      rows.push(...body.rows);
+      cursor = body.next_cursor;
+    } while (cursor);
     const groups = new Map();
-    for (const r of body.rows) {
+    for (const r of rows) {
       const k = `${r.group.channel}\u0000${r.group.template}`;
       if (!groups.has(k)) groups.set(k, []);
       groups.get(k).push(r);
