@@ -1,6 +1,7 @@
 """The Python client (clients/python) against a live API: its models match /openapi.json, the
 README's first send works with it, errors raise typed exceptions, a 429 is retried with the same
-event_id after Retry-After, and the batch helper splits any iterable into calls of 1,000.
+event_id after Retry-After, the batch helper splits any iterable into calls of 1,000, and
+analytics follows the API's pages to the last.
 
 The API runs in this test's event loop, so the sync client is driven from a thread."""
 
@@ -24,6 +25,7 @@ from clarion_client import (
 from clarion_client._core import retry_after_s
 from clarion_client.models import SCHEMAS, EngagementReport, Notification, Recipient
 from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.template_list import MAX_PAGE
 from harness.services import ApiServer, wait_until
@@ -99,6 +101,32 @@ async def test_first_send_with_the_sync_client(api: ApiServer, tenant: TenantInf
         with Clarion("clk_nope_nope", api.url) as stranger, pytest.raises(AuthenticationError) as denied:
             stranger.send(first_send())
         assert denied.value.code == "unauthorized"
+
+    await asyncio.to_thread(run)
+
+
+async def test_analytics_reads_every_page_with_both_clients(
+    api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    async with engine.begin() as conn:  # 24 hours x 60 templates: 1,440 rows, two pages of the API's
+        await conn.exec_driver_sql(
+            "INSERT INTO analytics_hourly (tenant_id, hour, channel, template, template_version, category,"
+            " provider, accepted, sent)"
+            " SELECT $1, $2::timestamptz + make_interval(hours => h), 'email', 't-' || t, 1, '', '', 2, 1"
+            " FROM generate_series(0, 23) h, generate_series(1, 60) t",
+            (tenant.id, start),
+        )
+    query = {"since": start, "until": start + timedelta(days=1), "interval": "hour", "group_by": ["template"]}
+    async with AsyncClarion(tenant.key, api.url) as clarion:
+        rows = await clarion.analytics(**query)  # type: ignore[arg-type]
+    keys = [(r.at, r.group["template"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 24 * 60 and keys == sorted(keys)
+    assert rows[0].counts["accepted"] == 2 and rows[0].rates["sent_rate"] == 0.5
+
+    def run() -> None:
+        with Clarion(tenant.key, api.url) as clarion:
+            assert clarion.analytics(**query) == rows  # type: ignore[arg-type]
 
     await asyncio.to_thread(run)
 

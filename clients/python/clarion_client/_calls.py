@@ -8,6 +8,7 @@ from uuid import UUID
 from clarion_client._core import Call, body, segment
 from clarion_client.models import (
     Accepted,
+    AnalyticsPage,
     BatchResult,
     Cancelled,
     Device,
@@ -98,3 +99,9 @@ def preview_template(name: str, preview: PreviewIn | dict[str, Any]) -> Call:
 def activate_template(name: str, *, channel: str, locale: str, version: int) -> Call:
     payload = {"channel": channel, "locale": locale, "version": version}
     return Call("POST", f"/v1/templates/{segment(name)}/activate", body(payload), parse=Template)
+
+
+def analytics(query: dict[str, Any], cursor: str | None) -> Call:
+    """One page of ``GET /v1/analytics``; ``query`` without its ``None`` values."""
+    params = {k: v for k, v in query.items() if v is not None} | ({"cursor": cursor} if cursor else {})
+    return Call("GET", "/v1/analytics", params=params, parse=AnalyticsPage)

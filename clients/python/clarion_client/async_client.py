@@ -5,8 +5,9 @@ errors as the synchronous ``clarion_client.client.Clarion``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
 from uuid import UUID
 
 import httpx
@@ -29,6 +30,8 @@ from clarion_client._core import (
 )
 from clarion_client.models import (
     Accepted,
+    AnalyticsPage,
+    AnalyticsRow,
     BatchResult,
     Cancelled,
     Device,
@@ -182,3 +185,36 @@ class AsyncClarion:
             calls.activate_template(name, channel=channel, locale=locale, version=version)
         )
         return result
+
+    # Analytics
+
+    async def analytics(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        interval: Literal["hour", "day"] = "day",
+        group_by: Sequence[str] = (),
+        channel: str | None = None,
+        template: str | None = None,
+        category: str | None = None,
+    ) -> list[AnalyticsRow]:
+        """Every row of the tenant's analytics over the range (default the last 7 days), in the
+        API's order: each page, following ``next_cursor`` to the last."""
+        query = {
+            "since": since.isoformat() if since else None,
+            "until": until.isoformat() if until else None,
+            "interval": interval,
+            "group_by": ",".join(group_by) or None,
+            "channel": channel,
+            "template": template,
+            "category": category,
+        }
+        rows: list[AnalyticsRow] = []
+        cursor: str | None = None
+        while True:
+            page: AnalyticsPage = await self._do(calls.analytics(query, cursor))
+            rows += page.rows
+            if page.next_cursor is None:
+                return rows
+            cursor = page.next_cursor

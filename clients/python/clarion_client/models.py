@@ -267,6 +267,22 @@ class Preview(_Response):
     html: str | None
 
 
+class AnalyticsRow(_Response):
+    at: datetime
+    group: dict[str, str | int]
+    counts: dict[str, int]
+    rates: dict[str, float | None]
+
+
+class AnalyticsPage(_Response):
+    since: datetime
+    until: datetime
+    interval: Literal["hour", "day"]
+    group_by: list[str]
+    rows: list[AnalyticsRow]
+    next_cursor: str | None = Field(description="the next page's `cursor`; None on the last page")
+
+
 # Client model -> the schema it mirrors in /openapi.json (checked by the client's tests).
 SCHEMAS: dict[type[BaseModel], str] = {
     Device: "api__models__DeviceIn",
@@ -295,4 +311,6 @@ SCHEMAS: dict[type[BaseModel], str] = {
     Preferences: "PreferencesOut",
     Template: "TemplateOut",
     Preview: "PreviewOut",
+    AnalyticsRow: "AnalyticsRow",
+    AnalyticsPage: "AnalyticsPage",
 }
