@@ -36,14 +36,14 @@ each and another tenant's accept p99 from 17 to 154 ms (2026-11-28, a helper's p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 from pydantic_core import to_json
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.analytics_cursor import Question, decode_cursor, encode_cursor
+from api.analytics_cursor import Position, Question, decode_cursor, encode_cursor, refused
 from api.errors import ApiError
 from api.search_limit import SearchLimit
 from core.analytics import COUNTS
@@ -169,8 +169,8 @@ async def read_analytics(
     searches: SearchLimit,
     cursor_secret: bytes,
     tenant_id: str,
-    since: datetime,
-    until: datetime,
+    since: datetime | None,
+    until: datetime | None,
     interval: Literal["hour", "day"],
     group_by: list[str],
     channel: str | None = None,
@@ -179,8 +179,24 @@ async def read_analytics(
     cursor: str | None = None,
     limit: int = MAX_PAGE,
 ) -> Analytics:
-    """One page of the tenant's rollups between ``since`` (inclusive) and ``until`` (exclusive),
-    after ``cursor`` (from the start without one), at most ``limit`` rows."""
+    """One page of the tenant's rollups between ``since`` (inclusive; default a week before
+    ``until``) and ``until`` (exclusive; default now), after ``cursor`` (from the start without
+    one; it brings its range, which an explicit ``since``/``until`` must match), at most ``limit``
+    rows."""
+    question = Question(tenant_id, interval, tuple(group_by), channel, template, category)
+    after: Position | None = None
+    if cursor is not None:
+        after = decode_cursor(secret=cursor_secret, question=question, cursor=cursor)
+        if (since or after.since) != after.since or (until or after.until) != after.until:
+            raise refused()
+        since, until = after.since, after.until
+    until = until or datetime.now(UTC)
+    try:
+        since = since or until - timedelta(days=7)
+    except OverflowError:  # an `until` in the first week of year 1
+        raise ApiError(
+            422, "invalid_range", "'until' is too early for the default week: give 'since'."
+        ) from None
     if until <= since:
         raise ApiError(422, "invalid_range", "'until' must be after 'since'.")
     if (until - since) / _STEP[interval] > MAX_BUCKETS[interval]:
@@ -189,22 +205,16 @@ async def read_analytics(
             "invalid_range",
             f"At most {MAX_BUCKETS[interval]} {interval}s in one request: narrow the range.",
         )
-    question = Question(tenant_id, since, until, interval, tuple(group_by), channel, template, category)
     params: tuple[Any, ...] = (tenant_id, since, until, channel, template, category)
-    if cursor is not None:
-        at, values = decode_cursor(secret=cursor_secret, question=question, cursor=cursor)
-        params += (at, *values)
-    query = _query(interval, group_by, after=cursor is not None, limit=limit)
+    if after is not None:
+        params += (after.at, *after.group)
+    query = _query(interval, group_by, after=after is not None, limit=limit)
     async with searches.connect(engine=engine, tenant_id=tenant_id) as conn:
         rows = (await conn.exec_driver_sql(query, params)).all()
     more, rows = len(rows) > limit, rows[:limit]
-    last = rows[-1] if more else None
-    next_cursor = (
-        encode_cursor(
-            secret=cursor_secret, question=question, key=(last[0], tuple(last[1 : len(group_by) + 1]))
-        )
-        if last is not None
-        else None
-    )
+    next_cursor = None
+    if more:
+        last = Position(since, until, rows[-1][0], tuple(rows[-1][1 : len(group_by) + 1]))
+        next_cursor = encode_cursor(secret=cursor_secret, question=question, position=last)
     out = [_row(r, group_by) for r in rows]
     return Analytics(since, until, interval, group_by, out, next_cursor)

@@ -126,6 +126,24 @@ async def test_a_cursor_is_refused_for_another_question_or_tenant(
         assert_error(await c.get("/v1/analytics", params=params | {"cursor": cursor}), 422, "invalid_cursor")
 
 
+async def test_pages_of_the_default_range_keep_the_first_pages_range(
+    engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """Without since/until the range is the 7 days before now; the cursor carries it, so later
+    pages read the same range however much later they are asked for."""
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "INSERT INTO analytics_hourly (tenant_id, hour, channel, template, template_version, category,"
+            " provider, accepted) SELECT $1, date_trunc('hour', now()) - make_interval(hours => h), 'email',"
+            " 't-' || t, 1, '', '', 1 FROM generate_series(1, 5) h, generate_series(1, 3) t",
+            (tenant.id,),
+        )
+    paged = await pages(client, {"interval": "hour", "group_by": "template", "limit": 4})
+    assert len(paged) == 4 and len({(p["since"], p["until"]) for p in paged}) == 1
+    rows = [r for p in paged for r in p["rows"]]
+    assert len(set(keys(rows, ["template"]))) == len(rows) == 15
+
+
 def b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -138,7 +156,7 @@ async def test_an_edited_cursor_is_refused(
     cursor = (await client.get("/v1/analytics", params=params)).json()["next_cursor"]
     body, mac = cursor.split(".")
     payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-    edited = payload.replace(b'"email"', b'"sms"')
+    edited = payload.replace(b'"email"', b'"sms"')  # the group values are after the range
     assert edited != payload
     for bad in (f"{b64(edited)}.{mac}", f"{body}.{b64(b'x' * 16)}", f"{body}.{mac[:-2]}AA"):
         assert_error(
