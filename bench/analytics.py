@@ -91,6 +91,7 @@ async def main(notifications: int, log_rows: int) -> None:
             await read_analytics(
                 engine=reads,
                 searches=searches,
+                cursor_secret=b"bench",
                 tenant_id=tenant.id,
                 since=since,
                 until=until,
