@@ -13,49 +13,21 @@ queued on its lock, each holding one of the pooled connections the accept path s
 (2026-11-28, a helper's probe, 64 loops in a process of their own): on one pixel, another
 tenant's accept p99 went from 18 to 866 ms (max 1.4 s, 130 accepts in 6 s instead of 514); one
 device's report replayed, 21 -> 422 ms; a tenant's own keyed report, 21 -> 458 ms (max 1.3 s). The
-same loops on a forged token, refused before the database: 47 ms.
+same loops on a forged token, refused before the database: 47 ms. The turns are
+``api.tenant_turns``, shared with ``api.preference_gate``.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from api.tenant_turns import TenantTurns
 
 PER_TENANT = 2
 WAIT_S = 0.5
 LOCK_TIMEOUT_MS = 1000
 
 
-class EngagementGate:
+class EngagementGate(TenantTurns):
     """Per-process turns of the engagement writes; lives on ``app.state.engagement_gate``."""
 
     def __init__(self, *, pool_size: int, per_tenant: int = PER_TENANT, wait_s: float = WAIT_S) -> None:
-        self.per_tenant = per_tenant
-        self.wait_s = wait_s
-        self._all = asyncio.Semaphore(max(1, pool_size // 2))
-        self._tenants: dict[str, tuple[asyncio.Semaphore, int]] = {}  # its turns, its hits here
-
-    @asynccontextmanager
-    async def turn(self, tenant_id: str) -> AsyncIterator[bool]:
-        """True while the write holds a turn; False when none came within ``wait_s``."""
-        turns, hits = self._tenants.get(tenant_id) or (asyncio.Semaphore(self.per_tenant), 0)
-        self._tenants[tenant_id] = (turns, hits + 1)
-        taken: list[asyncio.Semaphore] = []
-        try:  # released whatever ends the hit, a cancellation while it waits too
-            try:
-                async with asyncio.timeout(self.wait_s):
-                    for semaphore in (turns, self._all):
-                        await semaphore.acquire()
-                        taken.append(semaphore)
-            except TimeoutError:
-                pass
-            yield len(taken) == 2
-        finally:
-            for semaphore in taken:
-                semaphore.release()
-            turns, hits = self._tenants[tenant_id]
-            if hits == 1:
-                del self._tenants[tenant_id]
-            else:
-                self._tenants[tenant_id] = (turns, hits - 1)
+        super().__init__(pool_size=pool_size, per_tenant=per_tenant, wait_s=wait_s)
