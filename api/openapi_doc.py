@@ -83,11 +83,11 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/webhooks/twilio/status"): (400, 403, 404, 422),
     ("post", "/v1/webhooks/sendgrid/events"): (400, 403, 404, 413, 422),
     ("get", "/v1/categories/{name}"): (404,),
-    ("get", "/v1/preferences"): (403, 404),
-    ("post", "/v1/preferences"): (403, 404, 409),  # 409: a user's preferences are capped
-    ("get", "/v1/unsubscribe"): (403, 404),
-    ("post", "/v1/unsubscribe"): (403, 404),
-    ("get", "/preferences"): (403, 404),
+    ("get", "/v1/preferences"): (403, 404, 429),  # 429: preferences_busy (api/preference_gate.py)
+    ("post", "/v1/preferences"): (403, 404, 409, 429),  # 409: a user's preferences are capped
+    ("get", "/v1/unsubscribe"): (403, 404, 429),
+    ("post", "/v1/unsubscribe"): (403, 404, 429),
+    ("get", "/preferences"): (403, 404, 429),
     ("get", "/t/o/{token}"): (403, 404),
     ("get", "/t/c/{token}"): (403, 404),
 }
@@ -190,7 +190,7 @@ def document(app: FastAPI, schema: dict[str, Any]) -> dict[str, Any]:
             responses = operation.setdefault("responses", {})
             for code in sorted(codes):
                 responses[str(code)] = _error_response(code, existing=responses.get(str(code)))
-                if (method, path) in HTML_PAGES and code in (403, 404):
+                if (method, path) in HTML_PAGES and code in (403, 404, 429):
                     responses[str(code)]["content"] = {"text/html": {"schema": {"type": "string"}}}
     _links(schema)
     return schema

@@ -30,14 +30,20 @@ def _secrets(settings: Settings) -> list[str]:
     ]
 
 
-async def claims_for(
-    *, engine: AsyncEngine, settings: Settings, token: str | None, purposes: set[str]
-) -> TokenClaims:
-    """The verified claims of a user-side token whose user still exists; else ``403 invalid_token``."""
+def invalid_token() -> ApiError:
+    return ApiError(403, "invalid_token", "This link is invalid or has expired.")
+
+
+def verified_claims(*, settings: Settings, token: str | None, purposes: set[str]) -> TokenClaims:
+    """The verified claims of a user-side token, without the database; else ``403 invalid_token``."""
     try:
-        claims = verify_token(token or "", secrets=_secrets(settings), purposes=purposes)
+        return verify_token(token or "", secrets=_secrets(settings), purposes=purposes)
     except InvalidToken:
-        raise ApiError(403, "invalid_token", "This link is invalid or has expired.") from None
+        raise invalid_token() from None
+
+
+async def known_user(*, engine: AsyncEngine, claims: TokenClaims) -> None:
+    """``403 invalid_token`` when the token's user no longer exists."""
     async with engine.connect() as conn:
         exists = (
             await conn.execute(
@@ -47,8 +53,7 @@ async def claims_for(
             )
         ).first()
     if exists is None:
-        raise ApiError(403, "invalid_token", "This link is invalid or has expired.")
-    return claims
+        raise invalid_token()
 
 
 class PreferencesLink(BaseModel):

@@ -3,12 +3,17 @@
 - ``GET/PUT /v1/users/{external_id}/preferences`` and ``POST .../preferences/link`` (service side);
 - ``GET/POST /v1/preferences?token=`` and the page at ``/preferences?token=`` (the person);
 - ``POST /v1/unsubscribe?token=``: RFC 8058 one-click unsubscribe from the email's
-  ``List-Unsubscribe`` header. A ``GET`` of that URL never unsubscribes: it sends the person to the
-  preference page.
+  ``List-Unsubscribe`` header. A ``GET`` of that URL never unsubscribes: it shows a page whose one
+  button posts the same token.
+
+The user-side routes need no API key: each checks its token first, without the database, then
+takes a turn of its tenant's share of the pool (``api.preference_gate``): ``403 invalid_token``,
+``429 preferences_busy`` (an HTML page on the pages).
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from html import escape
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +24,8 @@ from fastapi.responses import HTMLResponse, Response
 
 from api.auth import require
 from api.errors import ApiError
-from api.preference_links import PreferencesLink, claims_for, user_preferences_link
+from api.preference_gate import user_side_turn
+from api.preference_links import PreferencesLink, known_user, user_preferences_link
 from api.preferences import (
     PreferencesIn,
     PreferencesOut,
@@ -31,6 +37,7 @@ from api.preferences import (
 )
 from clarion import metrics
 from clarion.tenants import Principal
+from clarion.tokens import TokenClaims
 
 router = APIRouter(tags=["preferences"])
 
@@ -95,10 +102,9 @@ async def make_link(
 @router.get("/v1/preferences", response_model=PreferencesOut, tags=["user-side"])
 async def read_own_preferences(request: Request, token: Token = None) -> PreferencesOut:
     state = request.app.state
-    claims = await claims_for(
-        engine=state.engine, settings=state.settings, token=token, purposes={"preferences"}
-    )
-    return await get_preferences(engine=state.engine, tenant_id=claims.tenant_id, user_id=claims.user_id)
+    async with _turn(request, token, "preferences") as claims:
+        await known_user(engine=state.engine, claims=claims)
+        return await get_preferences(engine=state.engine, tenant_id=claims.tenant_id, user_id=claims.user_id)
 
 
 @router.post("/v1/preferences", response_model=PreferencesOut, tags=["user-side"])
@@ -106,30 +112,30 @@ async def change_own_preferences(
     body: PreferencesIn, request: Request, token: Token = None
 ) -> PreferencesOut:
     state = request.app.state
-    claims = await claims_for(
-        engine=state.engine, settings=state.settings, token=token, purposes={"preferences"}
-    )
-    return await set_preferences(
-        engine=state.engine,
-        tenant_id=claims.tenant_id,
-        user_id=claims.user_id,
-        entries=body.preferences,
-        replace=False,
-    )
+    async with _turn(request, token, "preferences") as claims:
+        await known_user(engine=state.engine, claims=claims)
+        return await set_preferences(
+            engine=state.engine,
+            tenant_id=claims.tenant_id,
+            user_id=claims.user_id,
+            entries=body.preferences,
+            replace=False,
+        )
 
 
 @router.post("/v1/unsubscribe", tags=["user-side"])
 async def one_click_unsubscribe(request: Request, token: Token = None) -> dict[str, object]:
     """RFC 8058 one-click: the body (``List-Unsubscribe=One-Click``) carries no authority; the
     token does. Idempotent."""
-    state = request.app.state
-    claims = await claims_for(
-        engine=state.engine, settings=state.settings, token=token, purposes={"unsubscribe"}
-    )
-    assert claims.category is not None
-    await unsubscribe(
-        engine=state.engine, tenant_id=claims.tenant_id, user_id=claims.user_id, category=claims.category
-    )
+    async with _turn(request, token, "unsubscribe") as claims:
+        assert claims.category is not None
+        await known_user(engine=request.app.state.engine, claims=claims)
+        await unsubscribe(
+            engine=request.app.state.engine,
+            tenant_id=claims.tenant_id,
+            user_id=claims.user_id,
+            category=claims.category,
+        )
     metrics.UNSUBSCRIBES.labels(claims.tenant_id).inc()
     return {"unsubscribed": True, "channel": "email", "category": claims.category}
 
@@ -139,11 +145,9 @@ async def unsubscribe_link_opened(request: Request, token: Token = None) -> Resp
     """Opening the link (a GET, as link scanners do too) changes nothing: it shows a page whose one
     button posts the same token. The token keeps its reach: one category's unsubscribe link never
     becomes a token for the whole preference page (it did, valid 60 days)."""
-    state = request.app.state
     try:
-        claims = await claims_for(
-            engine=state.engine, settings=state.settings, token=token, purposes={"unsubscribe"}
-        )
+        async with _turn(request, token, "unsubscribe") as claims:
+            await known_user(engine=request.app.state.engine, claims=claims)
     except ApiError as exc:
         return _error_page(exc)
     category = escape(claims.category or "these")
@@ -160,9 +164,9 @@ async def unsubscribe_link_opened(request: Request, token: Token = None) -> Resp
 
 @router.get("/preferences", response_class=HTMLResponse, tags=["user-side"])
 async def preference_page(request: Request, token: Token = None) -> Response:
-    state = request.app.state
     try:
-        await claims_for(engine=state.engine, settings=state.settings, token=token, purposes={"preferences"})
+        async with _turn(request, token, "preferences") as claims:
+            await known_user(engine=request.app.state.engine, claims=claims)
     except ApiError as exc:
         return _error_page(exc)
     return HTMLResponse((STATIC / "preferences.html").read_text(encoding="utf-8"), headers=PAGE_HEADERS)
@@ -177,10 +181,19 @@ async def preference_page_script() -> Response:
     )
 
 
-def _error_page(exc: ApiError) -> HTMLResponse:
-    body = (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Link not valid</title></head>"
-        f"<body><h1>Link not valid</h1><p>{escape(exc.message)}</p>"
-        "<p>Use the link in a more recent message.</p></body></html>"
+def _turn(request: Request, token: str | None, purpose: str) -> AbstractAsyncContextManager[TokenClaims]:
+    state = request.app.state
+    return user_side_turn(
+        gate=state.preference_gate, settings=state.settings, token=token, purposes={purpose}
     )
-    return HTMLResponse(body, status_code=exc.status, headers=PAGE_HEADERS)
+
+
+def _error_page(exc: ApiError) -> HTMLResponse:
+    """The refusal as a page a person can read: a link that is no longer valid, or a moment to wait."""
+    title = "Please try again in a moment" if exc.status == 429 else "Link not valid"
+    advice = "Reload this page shortly." if exc.status == 429 else "Use the link in a more recent message."
+    body = (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title></head>"
+        f"<body><h1>{title}</h1><p>{escape(exc.message)}</p><p>{advice}</p></body></html>"
+    )
+    return HTMLResponse(body, status_code=exc.status, headers={**PAGE_HEADERS, **(exc.headers or {})})

@@ -49,8 +49,11 @@
   async function load() {
     const response = await fetch(endpoint, { headers: { Accept: "application/json" } });
     if (!response.ok) {
+      // The API's own words: an expired link (403) is not a busy moment (429, try again).
+      let message = "This link is invalid or has expired.";
+      try { message = (await response.json()).error.message || message; } catch (e) { /* keep the default */ }
       rows.replaceChildren();
-      say("This link is invalid or has expired.", true);
+      say(message, true);
       return;
     }
     render(await response.json());
