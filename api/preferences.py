@@ -6,7 +6,9 @@ preferences, `api.preference_links`.
 What is guaranteed:
 - an opt-out of a ``required`` category is refused (``422 category_required``): such messages
   (security alerts, OTPs) are always delivered;
-- one-click unsubscribe is idempotent: repeating it leaves the same single opt-out;
+- one-click unsubscribe is idempotent: repeating it leaves the same single opt-out, and a repeat
+  is one read, with no lock and no write (2026-11-29: a link replayed by 64 loops took the user's
+  lock, rewrote the row and read back the whole preference set each time, a dozen statements);
 - a change that grows a user's choices past ``MAX_PREFERENCES_PER_USER`` is refused (``409
   limit_reached``; a one-click unsubscribe never is, nor a STOP reply's opt-out): merges were
   unbounded, so anyone holding one of the user's 60-day preference links grew the set 500 at a
@@ -17,7 +19,7 @@ What is guaranteed:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -29,13 +31,15 @@ from api.caps import one_at_a_time
 from api.categories import CategoryOut, categories_of
 from api.errors import ApiError
 from api.models import NAME
+from api.preference_links import invalid_token
 from api.users import user_id_for
 from core.preferences import ANY, CategoryRule, decide
 from schema.enums import Channel
-from schema.models import Category, Preference
+from schema.models import Category, Preference, User
 
 _prefs = Preference.__table__  # type: ignore[attr-defined]
 _categories = Category.__table__  # type: ignore[attr-defined]
+_users = User.__table__  # type: ignore[attr-defined]
 
 CHANNELS = tuple(c.value for c in Channel)
 MAX_PREFERENCES_PER_USER = 1_000
@@ -120,12 +124,16 @@ async def _refuse_required_opt_outs(
         .all()
     )
     if required:
-        raise ApiError(
-            422,
-            "category_required",
-            f"Category '{sorted(required)[0]}' is required and cannot be opted out of.",
-            {"categories": sorted(required)},
-        )
+        raise _category_required(sorted(required))
+
+
+def _category_required(required: list[str]) -> ApiError:
+    return ApiError(
+        422,
+        "category_required",
+        f"Category '{required[0]}' is required and cannot be opted out of.",
+        {"categories": required},
+    )
 
 
 async def _upsert(conn: AsyncConnection, user_id: UUID, entries: list[PreferenceIn]) -> None:
@@ -184,15 +192,44 @@ async def set_preferences(
         return await _preferences_out(conn, tenant_id=tenant_id, user_id=user_id)
 
 
-async def unsubscribe(*, engine: AsyncEngine, tenant_id: str, user_id: UUID, category: str) -> None:
-    """Opt the user out of email in ``category`` now; idempotent. Refused for a required category."""
-    await set_preferences(
-        engine=engine,
-        tenant_id=tenant_id,
-        user_id=user_id,
-        entries=[PreferenceIn(channel="email", category=category, opted_in=False)],
-        replace=False,
-        capped=False,  # one row, and one-click unsubscribe must always work (RFC 8058)
+async def unsubscribe(*, engine: AsyncEngine, tenant_id: str, user_id: UUID, category: str) -> bool:
+    """Opt the user out of email in ``category`` now; True when that changed something.
+
+    Idempotent, and a repeat is one read: no lock, no write (a replayed link in a loop took a
+    transaction of five statements and a user's lock each time). ``403 invalid_token`` when the
+    user no longer exists; ``422 category_required`` for a required category.
+    """
+    entry = PreferenceIn(channel="email", category=category, opted_in=False)
+    async with engine.connect() as conn:
+        found = (await conn.execute(_unsubscribed(tenant_id, user_id, category))).one()
+    if not found.user:
+        raise invalid_token()
+    if found.required:
+        raise _category_required([category])
+    if found.opted_in is False:
+        return False
+    async with engine.begin() as conn:  # capped=False: one row, and one-click must always work (RFC 8058)
+        await _refuse_required_opt_outs(conn, tenant_id, [entry])
+        await one_at_a_time(conn, kind="preferences", key=str(user_id))  # as set_preferences' writes
+        await _upsert(conn, user_id, [entry])
+    return True
+
+
+def _unsubscribed(tenant_id: str, user_id: UUID, category: str) -> sa.Select[Any]:
+    """Whether the user exists, whether the category is required, and the user's email choice in it."""
+    return sa.select(
+        sa.exists().where(_users.c.id == user_id, _users.c.tenant_id == tenant_id).label("user"),
+        sa.exists()
+        .where(
+            _categories.c.tenant_id == tenant_id,
+            _categories.c.name == category,
+            _categories.c.required.is_(True),
+        )
+        .label("required"),
+        sa.select(_prefs.c.opted_in)
+        .where(_prefs.c.user_id == user_id, _prefs.c.channel == "email", _prefs.c.category == category)
+        .scalar_subquery()
+        .label("opted_in"),
     )
 
 

@@ -126,10 +126,9 @@ async def change_own_preferences(
 @router.post("/v1/unsubscribe", tags=["user-side"])
 async def one_click_unsubscribe(request: Request, token: Token = None) -> dict[str, object]:
     """RFC 8058 one-click: the body (``List-Unsubscribe=One-Click``) carries no authority; the
-    token does. Idempotent."""
+    token does. Idempotent: a repeat changes nothing and writes nothing."""
     async with _turn(request, token, "unsubscribe") as claims:
         assert claims.category is not None
-        await known_user(engine=request.app.state.engine, claims=claims)
         await unsubscribe(
             engine=request.app.state.engine,
             tenant_id=claims.tenant_id,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import asyncpg
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -12,6 +14,7 @@ from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.preferences import MAX_PREFERENCES_PER_USER
+from clarion.pg import asyncpg_dsn
 from clarion.settings import Settings
 from clarion.tokens import InvalidToken, make_token, verify_token
 from harness.services import ApiServer, api_client
@@ -238,6 +241,46 @@ async def test_one_click_unsubscribe_is_idempotent_and_get_changes_nothing(
             response = await one_click(anonymous, token)
             assert response.status_code == 200, response.text
     assert await stored_preferences(engine, user_id) == [("email", "news", False)]
+
+
+async def test_a_replayed_unsubscribe_neither_writes_nor_waits_for_the_users_lock(
+    user_id: UUID, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    """A link replayed in a loop took the user's lock and rewrote their row every time; now a
+    repeat is one read. Here the lock and the row are held by another transaction: the replay is
+    still answered, and the row is left as it was."""
+    token = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news")
+    async with api_client(api.url, None) as anonymous:
+        assert (await one_click(anonymous, token)).status_code == 200
+        written = await scalar(engine, "SELECT updated_at FROM preferences WHERE user_id = :u", u=user_id)
+        locker = await asyncpg.connect(asyncpg_dsn(api.settings.database_url))
+        try:
+            await locker.execute("BEGIN")
+            await locker.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('preferences:' || $1, 0))", str(user_id)
+            )
+            await locker.execute("SELECT 1 FROM preferences WHERE user_id = $1 FOR UPDATE", user_id)
+            replay = await asyncio.wait_for(one_click(anonymous, token), 10)  # hangs while locked, before
+        finally:
+            await locker.close()
+    assert replay.status_code == 200 and replay.json()["category"] == "news", replay.text
+    assert await scalar(engine, "SELECT updated_at FROM preferences WHERE user_id = :u", u=user_id) == written
+    assert await stored_preferences(engine, user_id) == [("email", "news", False)]
+
+
+async def test_a_replayed_unsubscribe_of_an_unknown_user_or_required_category_is_refused(
+    client: httpx.AsyncClient, user_id: UUID, api: ApiServer, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    required = await client.put("/v1/categories/security", json={"required": True})
+    assert required.status_code == 201, required.text
+    async with api_client(api.url, None) as anonymous:
+        for _ in range(2):
+            security = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="security")
+            assert_error(await one_click(anonymous, security), 422, "category_required")
+        stranger = token_for(api.settings, tenant.id, uuid4(), "unsubscribe", category="news")
+        for _ in range(2):
+            assert_error(await one_click(anonymous, stranger), 403, "invalid_token")
+    assert await stored_preferences(engine, user_id) == []
 
 
 async def test_forged_expired_or_misused_tokens_are_403_and_change_nothing(
