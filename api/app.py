@@ -37,6 +37,7 @@ from api.routes import tracking as tracking_routes
 from api.routes import webhook_endpoints as webhook_endpoint_routes
 from api.routes import webhooks as webhook_routes
 from api.search_limit import SearchLimit
+from api.token_first import TokenFirst
 from clarion.kafka import Publisher
 from clarion.pg import create_pool
 from clarion.settings import Settings
@@ -128,6 +129,10 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(router)
     # Around the router only (the hot route below never reaches it): 405 with the path's every method.
     app.add_middleware(MethodCheck, routes=app.router.routes)
+    # Beside the hot route: a user-side request with a forged token is refused before the router.
+    app.add_middleware(
+        TokenFirst, settings=settings, routes=preferences.USER_SIDE, page=preferences.error_page
+    )
     # Innermost but one of the middlewares, so the size limit, rate-limit headers and rejection counter
     # below still wrap the hot route.
     app.add_middleware(

@@ -35,11 +35,21 @@ from api.preferences import (
     unsubscribe,
     user_preferences,
 )
+from api.token_first import UserSideRoute
 from clarion import metrics
 from clarion.tenants import Principal
 from clarion.tokens import TokenClaims
 
 router = APIRouter(tags=["preferences"])
+
+# What ``api.token_first`` checks before the router: each user-side route and its token's purpose.
+USER_SIDE = {
+    ("GET", "/v1/preferences"): UserSideRoute("preferences", page=False),
+    ("POST", "/v1/preferences"): UserSideRoute("preferences", page=False),
+    ("POST", "/v1/unsubscribe"): UserSideRoute("unsubscribe", page=False),
+    ("GET", "/v1/unsubscribe"): UserSideRoute("unsubscribe", page=True),
+    ("GET", "/preferences"): UserSideRoute("preferences", page=True),
+}
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 ExternalId = Annotated[str, PathParam(min_length=1, max_length=255)]
@@ -148,7 +158,7 @@ async def unsubscribe_link_opened(request: Request, token: Token = None) -> Resp
         async with _turn(request, token, "unsubscribe") as claims:
             await known_user(engine=request.app.state.engine, claims=claims)
     except ApiError as exc:
-        return _error_page(exc)
+        return error_page(exc)
     category = escape(claims.category or "these")
     action = escape(f"/v1/unsubscribe?token={token}", quote=True)
     body = (
@@ -167,7 +177,7 @@ async def preference_page(request: Request, token: Token = None) -> Response:
         async with _turn(request, token, "preferences") as claims:
             await known_user(engine=request.app.state.engine, claims=claims)
     except ApiError as exc:
-        return _error_page(exc)
+        return error_page(exc)
     return HTMLResponse((STATIC / "preferences.html").read_text(encoding="utf-8"), headers=PAGE_HEADERS)
 
 
@@ -187,7 +197,7 @@ def _turn(request: Request, token: str | None, purpose: str) -> AbstractAsyncCon
     )
 
 
-def _error_page(exc: ApiError) -> HTMLResponse:
+def error_page(exc: ApiError) -> HTMLResponse:
     """The refusal as a page a person can read: a link that is no longer valid, or a moment to wait."""
     title = "Please try again in a moment" if exc.status == 429 else "Link not valid"
     advice = "Reload this page shortly." if exc.status == 429 else "Use the link in a more recent message."
