@@ -16,7 +16,8 @@ two here, which is the attacker's machine's cost, not the API's). Variants:
 - ``prefs-replay``: one user's preference token, over and over;
 - ``prefs-garbage``: well-formed preference tokens with a wrong signature.
 
-Prints A's accept count, p50, p99 and max per phase, and how the flood was answered.
+Prints A's accept count, p50, p99 and max per phase, the API process's CPU meanwhile (in cores; the
+machine has two, which the flood's own process shares), and how the flood was answered.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import sqlalchemy as sa
 
+from bench.procfs import cpu_s
 from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.ports import free_port
@@ -190,12 +192,19 @@ def _requests(
 # --- the run ---------------------------------------------------------------------------------------
 
 
-def _print(title: str, latency: Latency) -> None:
+def _print(title: str, latency: Latency, api_cores: float) -> None:
     print(
         f"{title:16s} A accepts {latency.count:5d} (refused {latency.refused})  p50 {latency.p50_ms:6.1f} ms  "
-        f"p99 {latency.p99_ms:7.1f} ms  max {latency.max_ms:7.1f} ms",
+        f"p99 {latency.p99_ms:7.1f} ms  max {latency.max_ms:7.1f} ms  API {api_cores:4.2f} cores",
         flush=True,
     )
+
+
+async def _measured(api_pid: int, url: str, key: str, seconds: float) -> tuple[Latency, float]:
+    """A's accepts for ``seconds``, and the CPU the API process spent meanwhile (cores)."""
+    cpu, started = cpu_s(api_pid), time.monotonic()
+    latency = await _accepts(url, key, seconds)
+    return latency, (cpu_s(api_pid) - cpu) / (time.monotonic() - started)
 
 
 async def main(*, loops: int, seconds: float, users: int, variants: list[str]) -> None:
@@ -233,7 +242,7 @@ async def main(*, loops: int, seconds: float, users: int, variants: list[str]) -
 
         await wait_until(up, 60, 0.2)
         await _accepts(api_url, accepting.key, 2)  # warm-up: connections, caches
-        _print("alone", await _accepts(api_url, accepting.key, seconds))
+        _print("alone", *await _measured(api.pid, api_url, accepting.key, seconds))
         context = multiprocessing.get_context("spawn")
         host = f"127.0.0.1:{settings.api_port}"
         for round_, variant in enumerate(variants):
@@ -245,15 +254,18 @@ async def main(*, loops: int, seconds: float, users: int, variants: list[str]) -
             flood = context.Process(target=_flood, args=(api_url, requests, loops, seconds + 1.5, out))
             flood.start()
             await asyncio.sleep(1.0)  # the flood's process started and its loops connected
-            latency = await _accepts(api_url, accepting.key, seconds)
+            flood_started = cpu_s(flood.pid or 0)  # its imports and start-up not counted
+            latency, api_cores = await _measured(api.pid, api_url, accepting.key, seconds)
+            flood_cores = (cpu_s(flood.pid or 0) - flood_started) / seconds  # still flooding here
             answers = Counter(await asyncio.to_thread(out.get))
             flood.join()
-            _print(variant, latency)
+            _print(variant, latency, api_cores)
             rate = sum(answers.values()) / (seconds + 1.5)
             print(
-                f"{'':16s} flood {rate:6.0f}/s: " + ", ".join(f"{k} x{v}" for k, v in answers.most_common())
+                f"{'':16s} flood {rate:6.0f}/s ({flood_cores:4.2f} cores of its own): "
+                + ", ".join(f"{k} x{v}" for k, v in answers.most_common())
             )
-        _print("alone again", await _accepts(api_url, accepting.key, seconds))
+        _print("alone again", *await _measured(api.pid, api_url, accepting.key, seconds))
     finally:
         if api is not None:
             api.stop(10)
