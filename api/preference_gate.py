@@ -22,6 +22,16 @@ connections idle in transaction, waiting for the API), to 138 ms under preferenc
 and to 254-791 ms under forged tokens (3,000-3,600 answered a second, every one a 403 before
 the database: the cost there is the HTTP stack, routing and middlewares, not the token check,
 3% of the samples).
+
+After, with a repeated unsubscribe made one read (``api.preferences.unsubscribe``) and forged
+tokens refused before the router (``api.token_first``), A/B/B/A against f09e5a3 (two runs each,
+8 s phases, p99 of the other tenant's accepts, original / this): distinct valid unsubscribes
+117-319 / 23-32 ms, one replayed 36-74 / 14-38, preference reads 86-282 / 16-19, one replayed
+62-104 / 17-25, forged unsubscribe tokens 216-317 / 56-72, forged preference tokens 146-376 /
+51-80; alone 9-21 / 9-17 ms. The flood is not starved: 143-221 valid unsubscribes a second either
+way, and 395-578 replays against 109-160. Most of the 64 loops wait for a turn, and few wait past ``WAIT_S``
+(0-47 429s of ~1,500 answers a phase). The gate alone did nothing for forged tokens (551 and
+345 ms in one run): that is ``api.token_first``'s.
 """
 
 from __future__ import annotations
