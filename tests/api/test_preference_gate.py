@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.preference_gate import PreferenceGate
 from harness.services import ApiServer, api_client
-from tests.api.test_preferences import internal_id, new_user, one_click, token_for
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
+from tests.fixtures.preferences import internal_id, new_user, one_click, token_for
 
 
 @pytest.fixture

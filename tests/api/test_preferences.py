@@ -21,26 +21,7 @@ from harness.services import ApiServer, api_client
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.db import scalar
-
-
-async def new_user(client: httpx.AsyncClient, external_id: str = "u-pref") -> None:
-    response = await client.put(f"/v1/users/{external_id}", json={"email": "p@example.com"})
-    assert response.status_code in (200, 201), response.text
-
-
-async def one_click(anonymous: httpx.AsyncClient, token: str) -> httpx.Response:
-    """The POST a mail client makes for RFC 8058 one-click unsubscribe."""
-    return await anonymous.post(
-        "/v1/unsubscribe",
-        params={"token": token},
-        content=b"List-Unsubscribe=One-Click",
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
-    )
-
-
-async def internal_id(engine: AsyncEngine, tenant_id: str, external_id: str) -> UUID:
-    sql = "SELECT id FROM users WHERE tenant_id = :t AND external_id = :e"
-    return UUID(str(await scalar(engine, sql, t=tenant_id, e=external_id)))
+from tests.fixtures.preferences import internal_id, new_user, one_click, token_for
 
 
 @pytest.fixture
@@ -57,17 +38,6 @@ async def stored_preferences(engine: AsyncEngine, user_id: UUID) -> list[tuple[s
             {"u": user_id},
         )
         return [(r.channel, r.category, r.opted_in) for r in rows]
-
-
-def token_for(settings: Settings, tenant_id: str, user_id: UUID, purpose: str, **kw: object) -> str:
-    return make_token(
-        secret=settings.secret_key.get_secret_value(),
-        tenant_id=tenant_id,
-        user_id=user_id,
-        purpose=purpose,  # type: ignore[arg-type]
-        ttl_s=float(kw.pop("ttl_s", 600)),  # type: ignore[arg-type]
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 # --- categories and service-side preferences -------------------------------------------------------
