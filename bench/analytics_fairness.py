@@ -31,15 +31,10 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 import asyncpg
 
+from bench.lone_api import lone_api
 from bench.procfs import cpu_s
-from clarion.broker import TansuBroker
-from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
-from clarion.ports import free_port
-from clarion.settings import Settings
-from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from harness.tenants import make_tenant
-from schema.db import create_engine
 
 HOURS = 30 * 24
 TEMPLATES = 13
@@ -137,34 +132,12 @@ def report(title: str, ms: list[float]) -> None:
 
 
 async def main(seconds: float, rounds: int, loops: int, reads_alone: int, limit: int | None) -> None:
-    broker = TansuBroker()
-    broker.start()
-    url = await fresh_database("clarion_bench_fairness")
-    api: ClarionProcess | None = None
-    try:
-        await create_topics(broker.bootstrap, partitions=2)
-        settings = Settings(
-            database_url=url, kafka_bootstrap=broker.bootstrap, api_port=free_port(), env="test"
-        )
-        engine = create_engine(url, pool_size=1)
-        reader, sender = await make_tenant(engine), await make_tenant(engine)
-        await engine.dispose()
-        conn = await asyncpg.connect(asyncpg_dsn(url))
+    async with lone_api("clarion_bench_fairness") as api:
+        reader, sender = await make_tenant(api.engine), await make_tenant(api.engine)
+        conn = await asyncpg.connect(asyncpg_dsn(api.database_url))
         await conn.execute(PRELOAD, reader.id, HOURS, TEMPLATES)
         await conn.execute("ANALYZE analytics_hourly")
         await conn.close()
-        api = ClarionProcess(settings, "api")
-        api.start()
-        api_url = f"http://127.0.0.1:{settings.api_port}"
-
-        async def up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as s, s.get(f"{api_url}/readyz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(up, 60, 0.2)
         until = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
         params = {
             "interval": "hour",
@@ -176,21 +149,21 @@ async def main(seconds: float, rounds: int, loops: int, reads_alone: int, limit:
         loaded: list[float] = []
         reads = Reads()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=loops + 4)) as session:
-            await accepts(session, api_url, sender.key, 1.0)  # warm up
+            await accepts(session, api.url, sender.key, 1.0)  # warm up
             for _ in range(rounds):
-                alone += await accepts(session, api_url, sender.key, seconds)
+                alone += await accepts(session, api.url, sender.key, seconds)
                 stop = asyncio.Event()
                 readers = [
-                    asyncio.create_task(read_loop(session, api_url, reader.key, params, stop, reads))
+                    asyncio.create_task(read_loop(session, api.url, reader.key, params, stop, reads))
                     for _ in range(loops)
                 ]
-                loaded += await accepts(session, api_url, sender.key, seconds)
+                loaded += await accepts(session, api.url, sender.key, seconds)
                 stop.set()
                 await asyncio.gather(*readers)
             alone_reads = Reads()
             started_cpu_s, started = cpu_s(api.pid), time.monotonic()
             for _ in range(reads_alone):
-                await read_whole(session, api_url, reader.key, params, alone_reads)
+                await read_whole(session, api.url, reader.key, params, alone_reads)
             spent_cpu_ms = (cpu_s(api.pid) - started_cpu_s) * 1000
             wall_ms = (time.monotonic() - started) * 1000
         report("B's accepts, alone", alone)
@@ -205,11 +178,6 @@ async def main(seconds: float, rounds: int, loops: int, reads_alone: int, limit:
             f"{spent_cpu_ms / n:.1f} ms, per page {spent_cpu_ms / max(1, alone_reads.pages):.1f} ms; "
             f"wall per read {wall_ms / n:.1f} ms"
         )
-    finally:
-        if api is not None:
-            api.stop(10)
-        broker.stop()
-        await drop_database(url)
 
 
 if __name__ == "__main__":

@@ -37,15 +37,10 @@ from urllib.parse import urlsplit
 import aiohttp
 import sqlalchemy as sa
 
+from bench.lone_api import lone_api
 from bench.procfs import cpu_s
-from clarion.broker import TansuBroker
-from clarion.kafka import create_topics
-from clarion.ports import free_port
-from clarion.settings import Settings
 from clarion.tokens import Purpose, make_token
-from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
 from harness.tenants import make_tenant
-from schema.db import create_engine
 
 VARIANTS = ("unsub-valid", "unsub-replay", "unsub-garbage", "prefs-valid", "prefs-replay", "prefs-garbage")
 
@@ -208,18 +203,9 @@ async def _measured(api_pid: int, url: str, key: str, seconds: float) -> tuple[L
 
 
 async def main(*, loops: int, seconds: float, users: int, variants: list[str]) -> None:
-    broker = TansuBroker()
-    broker.start()
-    url = await fresh_database("clarion_bench_anon")
-    api: ClarionProcess | None = None
-    try:
-        await create_topics(broker.bootstrap, partitions=2)
-        settings = Settings(
-            database_url=url, kafka_bootstrap=broker.bootstrap, api_port=free_port(), env="test"
-        )
-        engine = create_engine(url, pool_size=1)
-        flooded, accepting = await make_tenant(engine), await make_tenant(engine)
-        async with engine.begin() as conn:
+    async with lone_api("clarion_bench_anon") as api:
+        flooded, accepting = await make_tenant(api.engine), await make_tenant(api.engine)
+        async with api.engine.begin() as conn:
             ids = [uuid.uuid4() for _ in range(users)]
             await conn.execute(
                 sa.text("INSERT INTO users (id, tenant_id, external_id, email) VALUES (:id, :t, :e, :m)"),
@@ -228,34 +214,21 @@ async def main(*, loops: int, seconds: float, users: int, variants: list[str]) -
                     for n, u in enumerate(ids)
                 ],
             )
-        await engine.dispose()
-        api = ClarionProcess(settings, "api")
-        api.start()
-        api_url = f"http://127.0.0.1:{settings.api_port}"
-
-        async def up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as s, s.get(f"{api_url}/readyz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(up, 60, 0.2)
-        await _accepts(api_url, accepting.key, 2)  # warm-up: connections, caches
-        _print("alone", *await _measured(api.pid, api_url, accepting.key, seconds))
+        await _accepts(api.url, accepting.key, 2)  # warm-up: connections, caches
+        _print("alone", *await _measured(api.pid, api.url, accepting.key, seconds))
         context = multiprocessing.get_context("spawn")
-        host = f"127.0.0.1:{settings.api_port}"
+        host = f"127.0.0.1:{api.settings.api_port}"
         for round_, variant in enumerate(variants):
             requests = _requests(
-                variant, secret=settings.secret_key.get_secret_value(), tenant_id=flooded.id, users=ids,
+                variant, secret=api.settings.secret_key.get_secret_value(), tenant_id=flooded.id, users=ids,
                 host=host, round_=round_,
             )  # fmt: skip
             out: multiprocessing.Queue = context.Queue()
-            flood = context.Process(target=_flood, args=(api_url, requests, loops, seconds + 1.5, out))
+            flood = context.Process(target=_flood, args=(api.url, requests, loops, seconds + 1.5, out))
             flood.start()
             await asyncio.sleep(1.0)  # the flood's process started and its loops connected
             flood_started = cpu_s(flood.pid or 0)  # its imports and start-up not counted
-            latency, api_cores = await _measured(api.pid, api_url, accepting.key, seconds)
+            latency, api_cores = await _measured(api.pid, api.url, accepting.key, seconds)
             flood_cores = (cpu_s(flood.pid or 0) - flood_started) / seconds  # still flooding here
             answers = Counter(await asyncio.to_thread(out.get))
             flood.join()
@@ -265,12 +238,7 @@ async def main(*, loops: int, seconds: float, users: int, variants: list[str]) -
                 f"{'':16s} flood {rate:6.0f}/s ({flood_cores:4.2f} cores of its own): "
                 + ", ".join(f"{k} x{v}" for k, v in answers.most_common())
             )
-        _print("alone again", *await _measured(api.pid, api_url, accepting.key, seconds))
-    finally:
-        if api is not None:
-            api.stop(10)
-        broker.stop()
-        await drop_database(url)
+        _print("alone again", *await _measured(api.pid, api.url, accepting.key, seconds))
 
 
 if __name__ == "__main__":

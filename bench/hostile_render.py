@@ -18,13 +18,8 @@ from collections import Counter
 
 import aiohttp
 
-from clarion.broker import TansuBroker
-from clarion.kafka import create_topics
-from clarion.ports import free_port
-from clarion.settings import Settings
-from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
+from bench.lone_api import lone_api
 from harness.tenants import make_tenant
-from schema.db import create_engine
 
 SHARED = "{% set a=[1] %}" + "{% set a=[a,a] %}" * 24
 BOMBS = {
@@ -86,38 +81,16 @@ def report(title: str, latencies: list[float]) -> None:
 
 
 async def main(clients: int, seconds: float) -> None:
-    broker = TansuBroker()
-    broker.start()
-    url = await fresh_database("clarion_bench_render")
-    api: ClarionProcess | None = None
-    try:
-        await create_topics(broker.bootstrap, partitions=2)
-        settings = Settings(
-            database_url=url, kafka_bootstrap=broker.bootstrap, api_port=free_port(), env="test"
-        )
-        engine = create_engine(url, pool_size=1)
-        tenant = await make_tenant(engine)
-        await engine.dispose()
-        api = ClarionProcess(settings, "api")
-        api.start()
-        api_url = f"http://127.0.0.1:{settings.api_port}"
-
-        async def up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as s, s.get(f"{api_url}/readyz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_until(up, 60, 0.2)
+    async with lone_api("clarion_bench_render") as api:
+        tenant = await make_tenant(api.engine)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients + 4)) as session:
-            baseline = await probe(session, api_url, seconds)
+            baseline = await probe(session, api.url, seconds)
             stop, answers = asyncio.Event(), Counter[str]()
             attackers = [
-                asyncio.create_task(attack(session, api_url, tenant.key, stop, n, answers))
+                asyncio.create_task(attack(session, api.url, tenant.key, stop, n, answers))
                 for n in range(clients)
             ]
-            attacked = await probe(session, api_url, seconds)
+            attacked = await probe(session, api.url, seconds)
             stop.set()
             await asyncio.gather(*attackers)
         report("/healthz alone", baseline)
@@ -125,11 +98,6 @@ async def main(clients: int, seconds: float) -> None:
         print(f"bombs answered: {sum(answers.values())}")
         for line, n in sorted(answers.items()):
             print(f"  {line}: {n}")
-    finally:
-        if api is not None:
-            api.stop(10)
-        broker.stop()
-        await drop_database(url)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,67 @@
+"""One ``clarion api`` process on a database and a Tansu broker of its own, for the benchmarks that
+load the API alone (``bench.hostile_render``, ``bench.analytics_fairness``,
+``bench.anonymous_flood``): started, ready (``/readyz``), and torn down with its database.
+
+    async with lone_api("clarion_bench_x") as api:
+        tenant = await make_tenant(api.engine)
+        ... load api.url ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from clarion.broker import TansuBroker
+from clarion.kafka import create_topics
+from clarion.ports import free_port
+from clarion.settings import Settings
+from harness.services import ClarionProcess, drop_database, fresh_database, wait_until
+from schema.db import create_engine
+
+
+@dataclass(frozen=True)
+class LoneApi:
+    settings: Settings
+    database_url: str
+    url: str  # the API's base URL
+    pid: int  # the API process, for its CPU (``bench.procfs.cpu_s``)
+    engine: AsyncEngine  # one connection to the database, for the benchmark's own set-up
+
+
+@asynccontextmanager
+async def lone_api(database_prefix: str) -> AsyncIterator[LoneApi]:
+    """The API up and answering ``/readyz``; everything stopped and the database dropped after."""
+    broker = TansuBroker()
+    broker.start()
+    url = await fresh_database(database_prefix)
+    api: ClarionProcess | None = None
+    engine = create_engine(url, pool_size=1)
+    try:
+        await create_topics(broker.bootstrap, partitions=2)
+        settings = Settings(
+            database_url=url, kafka_bootstrap=broker.bootstrap, api_port=free_port(), env="test"
+        )
+        api = ClarionProcess(settings, "api")
+        api.start()
+        api_url = f"http://127.0.0.1:{settings.api_port}"
+
+        async def up() -> bool:
+            try:
+                async with aiohttp.ClientSession() as s, s.get(f"{api_url}/readyz") as r:
+                    return r.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        await wait_until(up, 60, 0.2)
+        yield LoneApi(settings=settings, database_url=url, url=api_url, pid=api.pid, engine=engine)
+    finally:
+        await engine.dispose()
+        if api is not None:
+            api.stop(10)
+        broker.stop()
+        await drop_database(url)
