@@ -140,16 +140,12 @@ class FcmProvider:
         retry_after_s = parse_retry_after(headers.get("Retry-After"))
         # A specific errorCode decides; without one (or UNSPECIFIED_ERROR), the gRPC status and HTTP status do.
         unspecified = error_code is None or error_code == "UNSPECIFIED_ERROR"
-        if _projects_quota(error):  # named as the project's: every tenant's pushes share it
-            return TransientProviderError(
-                text,
-                provider=self.name,
-                code=code,
-                http_status=status,
-                retry_after_s=max(retry_after_s or 0.0, QUOTA_RETRY_AFTER_S),
-            )
-        if error_code == "QUOTA_EXCEEDED":  # the project's, a device's or a topic's: FCM does not say
-            return QuotaExceeded(
+        projects = _projects_quota(error)
+        if projects or error_code == "QUOTA_EXCEEDED":
+            # Named as the project's, every tenant's pushes share it; else it may be the project's,
+            # a device's or a topic's, and FCM does not say (``QuotaExceeded``).
+            quota = TransientProviderError if projects else QuotaExceeded
+            return quota(
                 text,
                 provider=self.name,
                 code=code,
