@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -99,6 +101,28 @@ def preview_template(name: str, preview: PreviewIn | dict[str, Any]) -> Call:
 def activate_template(name: str, *, channel: str, locale: str, version: int) -> Call:
     payload = {"channel": channel, "locale": locale, "version": version}
     return Call("POST", f"/v1/templates/{segment(name)}/activate", body(payload), parse=Template)
+
+
+def analytics_query(
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    interval: str,
+    group_by: Sequence[str],
+    channel: str | None,
+    template: str | None,
+    category: str | None,
+) -> dict[str, Any]:
+    """The query of every page of one analytics read (``None`` for what the caller left out)."""
+    return {
+        "since": since.isoformat() if since else None,
+        "until": until.isoformat() if until else None,
+        "interval": interval,
+        "group_by": ",".join(group_by) or None,
+        "channel": channel,
+        "template": template,
+        "category": category,
+    }
 
 
 def analytics(query: dict[str, Any], cursor: str | None) -> Call:

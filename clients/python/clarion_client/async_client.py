@@ -201,15 +201,10 @@ class AsyncClarion:
     ) -> list[AnalyticsRow]:
         """Every row of the tenant's analytics over the range (default the last 7 days), in the
         API's order: each page, following ``next_cursor`` to the last."""
-        query = {
-            "since": since.isoformat() if since else None,
-            "until": until.isoformat() if until else None,
-            "interval": interval,
-            "group_by": ",".join(group_by) or None,
-            "channel": channel,
-            "template": template,
-            "category": category,
-        }
+        query = calls.analytics_query(
+            since=since, until=until, interval=interval, group_by=group_by, channel=channel,
+            template=template, category=category,
+        )  # fmt: skip
         rows: list[AnalyticsRow] = []
         cursor: str | None = None
         while True:
