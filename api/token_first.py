@@ -12,7 +12,11 @@ them (another tenant's send among them) waited for all of that.
 limit, rate-limit headers, rejection counter still see the request), and answers a request for one
 of ``routes`` whose ``token`` query parameter does not verify for the route's purpose, as the route
 would: the error body, or the route's HTML page. A token that verifies goes on to the route, which
-checks it again (microseconds) and then takes its turn (``api.preference_gate``).
+checks it again (microseconds) and then takes its turn (``api.preference_gate``). Being first, the
+refusal also comes before the route's other checks: a forged token with a malformed body, or one
+over 2,048 characters, is this 403 where the route alone answered 400 ``malformed_json`` or 422
+``validation_error`` (JSON, on a page too). Deliberately: passing them on would give a flood the
+router and FastAPI's request handling back.
 
 Measured (A/B/B/A against f09e5a3, 64 loops, the other tenant's accept p99, alone 9-21 ms): forged
 unsubscribe tokens 216-317 ms before, 56-72 ms after; forged preference tokens 146-376 ms before,

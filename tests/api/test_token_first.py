@@ -14,6 +14,7 @@ from api.errors import ApiError
 from api.token_first import TokenFirst, UserSideRoute
 from clarion.settings import Settings
 from clarion.tokens import make_token
+from harness.services import ApiServer, api_client
 from tests.fixtures.answers import assert_error
 
 SETTINGS = Settings(env="test")
@@ -81,3 +82,23 @@ async def test_a_token_that_verifies_and_every_other_request_reach_the_app() -> 
         "GET /v1/unsubscribe",
         "POST /v1/notifications",
     ]
+
+
+async def test_in_the_api_a_forged_token_is_refused_before_its_body_or_length_is_checked(
+    api: ApiServer,
+) -> None:
+    """The app's own wiring: the route alone answered these 400 ``malformed_json`` and 422
+    ``validation_error`` (JSON, on a page too); refused first, each is the 403 a forged token gets."""
+    async with api_client(api.url, None) as anonymous:
+        malformed = await anonymous.post(
+            "/v1/preferences",
+            params={"token": token("unsubscribe")},
+            content=b"{not json",
+            headers={"Content-Type": "application/json"},
+        )
+        assert_error(malformed, 403, "invalid_token")
+        assert_error(
+            await anonymous.get("/v1/preferences", params={"token": "x" * 3000}), 403, "invalid_token"
+        )
+        page = await anonymous.get("/preferences", params={"token": "x" * 3000})
+        assert page.status_code == 403 and "Link not valid" in page.text, page.text
