@@ -25,14 +25,15 @@ class TenantTurns:
         self._tenants: dict[str, tuple[asyncio.Semaphore, int]] = {}  # its turns, its work here
 
     @asynccontextmanager
-    async def turn(self, tenant_id: str) -> AsyncIterator[bool]:
-        """True while the work holds a turn; False when none came within ``wait_s``."""
+    async def turn(self, tenant_id: str, *, wait_s: float | None = None) -> AsyncIterator[bool]:
+        """True while the work holds a turn; False when none came within ``wait_s`` (the gate's
+        own unless given)."""
         turns, hits = self._tenants.get(tenant_id) or (asyncio.Semaphore(self.per_tenant), 0)
         self._tenants[tenant_id] = (turns, hits + 1)
         taken: list[asyncio.Semaphore] = []
         try:  # released whatever ends the work, a cancellation while it waits too
             try:
-                async with asyncio.timeout(self.wait_s):
+                async with asyncio.timeout(self.wait_s if wait_s is None else wait_s):
                     for semaphore in (turns, self._all):
                         await semaphore.acquire()
                         taken.append(semaphore)

@@ -136,8 +136,9 @@ async def change_own_preferences(
 @router.post("/v1/unsubscribe", tags=["user-side"])
 async def one_click_unsubscribe(request: Request, token: Token = None) -> dict[str, object]:
     """RFC 8058 one-click: the body (``List-Unsubscribe=One-Click``) carries no authority; the
-    token does. Idempotent: a repeat changes nothing and writes nothing."""
-    async with _turn(request, token, "unsubscribe") as claims:
+    token does. Idempotent: a repeat changes nothing and writes nothing. Never refused as busy
+    (``api.preference_gate``): the sender's POST is made once."""
+    async with _turn(request, token, "unsubscribe", one_click=True) as claims:
         assert claims.category is not None
         await unsubscribe(
             engine=request.app.state.engine,
@@ -190,10 +191,16 @@ async def preference_page_script() -> Response:
     )
 
 
-def _turn(request: Request, token: str | None, purpose: str) -> AbstractAsyncContextManager[TokenClaims]:
+def _turn(
+    request: Request, token: str | None, purpose: str, *, one_click: bool = False
+) -> AbstractAsyncContextManager[TokenClaims]:
     state = request.app.state
     return user_side_turn(
-        gate=state.preference_gate, settings=state.settings, token=token, purposes={purpose}
+        gate=state.preference_gate,
+        settings=state.settings,
+        token=token,
+        purposes={purpose},
+        one_click=one_click,
     )
 
 

@@ -19,7 +19,7 @@ from api.preference_gate import PreferenceGate
 from harness.services import ApiServer, api_client
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
-from tests.fixtures.preferences import internal_id, new_user, one_click, token_for
+from tests.fixtures.preferences import internal_id, new_user, one_click, stored_preferences, token_for
 
 
 @pytest.fixture
@@ -27,6 +27,7 @@ def gate(api: ApiServer, monkeypatch: pytest.MonkeyPatch) -> PreferenceGate:
     """The running API's gate, its wait for a turn shortened for the test."""
     gate: PreferenceGate = api.app.state.preference_gate
     monkeypatch.setattr(gate, "wait_s", 0.05)
+    monkeypatch.setattr(gate, "one_click_wait_s", 0.05)
     return gate
 
 
@@ -68,7 +69,6 @@ async def test_past_its_tenants_turns_a_request_is_a_429_and_another_tenant_stil
         assert [await held.enter_async_context(gate.turn(tenant.id)) for _ in range(gate.per_tenant)] == [
             True
         ] * gate.per_tenant
-        assert_busy(await one_click(anonymous, unsubscribe))
         assert_busy(await anonymous.get("/v1/preferences", params={"token": preferences}))
         change = {"preferences": [{"channel": "sms", "category": "*", "opted_in": False}]}
         assert_busy(await anonymous.post("/v1/preferences", params={"token": preferences}, json=change))
@@ -81,6 +81,23 @@ async def test_past_its_tenants_turns_a_request_is_a_429_and_another_tenant_stil
     async with api_client(api.url, None) as anonymous:  # the turns given back: answered again
         assert (await one_click(anonymous, unsubscribe)).status_code == 200
     assert not gate._tenants
+
+
+async def test_a_one_click_unsubscribe_past_its_tenants_turns_is_recorded_not_refused(
+    api: ApiServer, engine: AsyncEngine, tenant: TenantInfo, gate: PreferenceGate
+) -> None:
+    """A mailbox provider makes the one-click POST once: a 429 there was an unsubscribe lost (a
+    review, 2026-11-29). It waits its turn, then runs without one."""
+    user_id = await user_of(api, engine, tenant)
+    unsubscribe = token_for(api.settings, tenant.id, user_id, "unsubscribe", category="news")
+    async with AsyncExitStack() as held, api_client(api.url, None) as anonymous:
+        for _ in range(gate.per_tenant):
+            assert await held.enter_async_context(gate.turn(tenant.id))
+
+        done = await one_click(anonymous, unsubscribe)
+
+        assert done.status_code == 200, done.text
+        assert await stored_preferences(engine, user_id) == [("email", "news", False)]
 
 
 async def test_with_every_tenants_share_taken_a_request_is_a_429(

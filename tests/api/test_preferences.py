@@ -9,7 +9,6 @@ from uuid import UUID, uuid4
 import asyncpg
 import httpx
 import pytest
-import sqlalchemy as sa
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,7 +20,7 @@ from harness.services import ApiServer, api_client
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.answers import assert_error
 from tests.fixtures.db import scalar
-from tests.fixtures.preferences import internal_id, new_user, one_click, token_for
+from tests.fixtures.preferences import internal_id, new_user, one_click, stored_preferences, token_for
 
 
 @pytest.fixture
@@ -29,15 +28,6 @@ async def user_id(client: httpx.AsyncClient, engine: AsyncEngine, tenant: Tenant
     """The internal id (what tokens carry) of ``u-pref``, created through the API."""
     await new_user(client)
     return await internal_id(engine, tenant.id, "u-pref")
-
-
-async def stored_preferences(engine: AsyncEngine, user_id: UUID) -> list[tuple[str, str, bool]]:
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            sa.text("SELECT channel, category, opted_in FROM preferences WHERE user_id = :u ORDER BY 1, 2"),
-            {"u": user_id},
-        )
-        return [(r.channel, r.category, r.opted_in) for r in rows]
 
 
 # --- categories and service-side preferences -------------------------------------------------------
