@@ -197,6 +197,12 @@ async def read_analytics(
         raise ApiError(
             422, "invalid_range", "'until' is too early for the default week: give 'since'."
         ) from None
+    try:  # in UTC, as the cursor carries it and as `at` is: every page of a read answers it alike
+        since, until = since.astimezone(UTC), until.astimezone(UTC)
+    except OverflowError:  # an offset that moves year 1 or year 9999 out of range
+        raise ApiError(
+            422, "invalid_range", "'since' and 'until' must lie in the years 1 to 9999 in UTC."
+        ) from None
     if until <= since:
         raise ApiError(422, "invalid_range", "'until' must be after 'since'.")
     if (until - since) / _STEP[interval] > MAX_BUCKETS[interval]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -142,6 +142,32 @@ async def test_pages_of_the_default_range_keep_the_first_pages_range(
     assert len(paged) == 4 and len({(p["since"], p["until"]) for p in paged}) == 1
     rows = [r for p in paged for r in p["rows"]]
     assert len(set(keys(rows, ["template"]))) == len(rows) == 15
+
+
+async def test_every_page_of_a_range_given_with_an_offset_answers_it_in_utc(
+    engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """Before, the first page echoed the caller's offset and the next ones the cursor's UTC: one
+    read answered its range two ways."""
+    await add_rollups(engine, tenant.id)
+    plus_5 = timezone(timedelta(hours=5))
+    params = {
+        "since": START.astimezone(plus_5).isoformat(),
+        "until": (START + timedelta(days=2)).astimezone(plus_5).isoformat(),
+        "interval": "hour",
+        "group_by": GROUPING,
+        "limit": 20,
+    }
+    paged = await pages(client, params)
+    assert len(paged) == 3
+    assert {(p["since"], p["until"]) for p in paged} == {("2026-03-01T00:00:00Z", "2026-03-03T00:00:00Z")}
+
+
+async def test_a_range_an_offset_moves_out_of_the_years_1_to_9999_is_an_invalid_range(
+    client: httpx.AsyncClient,
+) -> None:
+    params = {"since": "0001-01-01T00:00:00+05:00", "until": "0001-01-02T00:00:00Z"}
+    assert_error(await client.get("/v1/analytics", params=params), 422, "invalid_range")
 
 
 def b64(raw: bytes) -> str:
