@@ -11,8 +11,9 @@ provider is chosen at accept).
 Pages: an answer holds at most ``limit`` rows (``MAX_PAGE``, the default too), in the order bucket
 ``at``, then the grouping's values, and ``next_cursor`` names where the next page starts (null on
 the last page). The cursor (``api/analytics_cursor.py``) is the last row's key, signed for this
-tenant and this question: pages never skip or repeat a row, and rollups that grow between pages
-show in the pages not yet read. Before paging one answer held up to 10,000 rows (422
+tenant and this question: pages never repeat a row nor skip one there at the first page; rollups
+that grow or first appear between pages after the cursor show in the pages not yet read, a group
+that first appears behind it (in a bucket already read) only in a new read. Before paging one answer held up to 10,000 rows (422
 ``too_many_rows`` past that): 4.35 MB built in 420-480 ms on the API's event loop, and two loops
 of such reads by one tenant took another tenant's accept p99 from 17.6 to 647 ms (2026-11-28, a
 helper's probe); ``python -m bench.analytics_fairness`` measures it.

@@ -3,7 +3,8 @@ question.
 
 A page is ordered by bucket ``at`` and then the grouping's values, and every output row has its
 own such key (the rows are grouped by exactly those), so "the rows after the last row's key" never
-skips or repeats one. The cursor carries the range (``since`` and ``until``, so that a caller
+repeats one nor skips one that was there when the key was read (one that first appears behind the
+key, written between pages, is only in a new read). The cursor carries the range (``since`` and ``until``, so that a caller
 who let them default to the last 7 days reads the same range on every page) and that key (``at``,
 each in microseconds since the epoch, then the group values in the grouping's order), and an
 HMAC-SHA256 (first 16 bytes) with the server's ``CLARION_SECRET_KEY`` over them, the tenant and

@@ -144,6 +144,37 @@ async def test_pages_of_the_default_range_keep_the_first_pages_range(
     assert len(set(keys(rows, ["template"]))) == len(rows) == 15
 
 
+async def test_rollups_written_between_pages_show_ahead_of_the_cursor_never_behind_it(
+    engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """A keyset: a row that grows or first appears after the cursor is in the pages still to read;
+    a group that first appears behind it (in a bucket already read) is not, and no row repeats."""
+    await add_rollups(engine, tenant.id)
+    params = RANGE | {"interval": "hour", "group_by": GROUPING, "limit": 8}
+    first = (await client.get("/v1/analytics", params=params)).json()  # the first hour's 8 rows
+    sql = (
+        "INSERT INTO analytics_hourly (tenant_id, hour, channel, template, template_version, category,"
+        " provider, accepted) VALUES ($1, $2, 'email', '', 0, '', 'aaa', 1)"
+        " ON CONFLICT (tenant_id, hour, channel, template, template_version, category, provider)"
+        " DO UPDATE SET accepted = analytics_hourly.accepted + 1"
+    )
+    async with engine.begin() as conn:
+        for hour in (START, START + timedelta(hours=15)):  # a new group behind the cursor, one ahead
+            await conn.exec_driver_sql(sql, (tenant.id, hour))
+        await conn.exec_driver_sql(  # a row ahead grows
+            "UPDATE analytics_hourly SET accepted = accepted + 10 WHERE tenant_id = $1 AND hour = $2",
+            (tenant.id, START + timedelta(hours=15)),
+        )
+    rest = await pages(client, params | {"cursor": first["next_cursor"]})
+    rows = first["rows"] + [r for p in rest for r in p["rows"]]
+    shown = keys(rows, ALL)
+    assert len(set(shown)) == len(shown) == 48 + 1
+    behind, ahead = ("2026-03-01T00:00:00Z", "2026-03-01T15:00:00Z")
+    assert (ahead, "email", "", 0, "", "aaa") in shown
+    assert (behind, "email", "", 0, "", "aaa") not in shown  # a new read has it
+    assert sum(r["counts"]["accepted"] for r in rows if r["at"] == ahead) == 4 * 8 + 1 + 10 * 9
+
+
 async def test_every_page_of_a_range_given_with_an_offset_answers_it_in_utc(
     engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
 ) -> None:
