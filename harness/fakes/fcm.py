@@ -131,6 +131,10 @@ class FakeFcm(AiohttpFake):
         """The next ``refusals`` sends are refused as past the project's quota, the quota named."""
         self._project_refusals = refusals
 
+    def reset(self) -> None:
+        super().reset()
+        self._project_refusals = 0
+
     def expire_access_tokens(self) -> None:
         """Every access token issued so far is now refused with 401 UNAUTHENTICATED."""
         self.access_tokens.clear()
@@ -209,10 +213,10 @@ class FakeFcm(AiohttpFake):
             return json_response(401, error_body(401, "UNAUTHENTICATED", message, None))
         if request.match_info["project"] != self.project_id:
             return json_response(403, error_body(403, "PERMISSION_DENIED", "Permission denied.", None))
-        forced = self.next_forced()
-        if self._project_refusals > 0:
+        if self._project_refusals > 0:  # before the queue: the forced answers keep their turn
             self._project_refusals -= 1
             return json_response(429, project_quota_body("1" * 12))
+        forced = self.next_forced()
         if forced is not None and forced.kind == "rate_limit":
             return self._error("QUOTA_EXCEEDED", **{"Retry-After": str(int(forced.retry_after_s or 60))})
         if forced is not None and forced.kind == "server_error":

@@ -215,6 +215,26 @@ async def test_the_projects_quota_named_as_such_is_the_providers_not_a_tenants(
     assert len(fake.delivered) == 1
 
 
+async def test_the_fakes_project_quota_leaves_queued_answers_and_goes_with_reset(
+    fake: FakeFcm, provider: FcmProvider
+) -> None:
+    """Before, a send refused for the project's quota also took the next forced answer off the
+    queue, and reset() left the refusals not yet answered for whatever came next."""
+    fake.force_server_error(status=503)
+    fake.use_up_project_quota(1)
+    codes = []
+    for _ in range(2):
+        with pytest.raises(TransientProviderError) as caught:
+            await provider.send(push())
+        codes.append(caught.value.code)
+    assert codes == ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]
+
+    fake.use_up_project_quota(5)
+    fake.reset()
+    await provider.send(push())
+    assert len(fake.delivered) == 1
+
+
 @pytest.mark.parametrize(("status", "error_code"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])
 async def test_server_error_raises_transient(
     fake: FakeFcm, provider: FcmProvider, status: int, error_code: str
