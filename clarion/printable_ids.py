@@ -15,6 +15,11 @@ ids. A new identifier is now refused (422 ``validation_error``) when it holds
 - or whitespace at either end.
 
 Everything else stays valid, as it was: spaces inside, every script, emails, UUIDs, punctuation.
+"Unassigned" is as the Python running the API knows Unicode: 3.11 ships Unicode 14.0, so a
+character assigned since (the emoji U+1FA77, Unicode 15) is refused in a new id until it runs on a
+later Python. Zero-width joiners and non-joiners (Cf) are refused too, though Persian and Indic
+names and emoji sequences use them: an id is matched byte for byte, and an invisible character in
+one is how two ids come to look alike.
 
 An identifier stored before the rule keeps working wherever it names what is stored, so no tenant
 is locked out of its own data: lookups take it as before (``GET /v1/users/{id}``, a user's
