@@ -65,7 +65,10 @@ async def test_provider_down_longer_than_in_process_attempts_is_sent_after_recov
     # A slower schedule for the first worker, so it is stopped while the notification waits.
     pipeline = sms_lane.worker.pipeline
     assert pipeline is not None
-    pipeline.policy = replace(pipeline.policy, retry_base_s=3.0)  # next try 6-12 s after the 3rd call
+    # Next try 6-12 s after the 3rd call, past the retry lane's hold (3 s): the first worker is
+    # stopped before it. The lane's retry_max_s (4 s) capped it at 2-4 s before, and a stop that
+    # took longer let the first worker make the 4th and 5th calls to the still failing provider.
+    pipeline.policy = replace(pipeline.policy, retry_base_s=3.0, retry_max_s=60.0)
     sms_lane.fake.force_server_error(1000, status=503)
     nid = await send(lane_client)
 
