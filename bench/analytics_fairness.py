@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 import asyncpg
 
-from bench.lone_api import lone_api
+from bench.lone_api import lone_api, paced_accepts, quantile
 from bench.procfs import cpu_s
 from clarion.pg import asyncpg_dsn
 from harness.tenants import make_tenant
@@ -59,30 +58,10 @@ class Reads:
     statuses: Counter[int] = field(default_factory=Counter)
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 async def accepts(session: aiohttp.ClientSession, url: str, key: str, seconds: float) -> list[float]:
     """Tenant B's sends, one at a time: the latency of each, in ms."""
-    latencies: list[float] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        body = {
-            "event_id": secrets.token_hex(8),
-            "user": {"id": "b-user", "email": "b@example.com"},
-            "channel": "email",
-            "content": {"subject": "s", "body": "hello"},
-        }
-        started = time.monotonic()
-        async with session.post(
-            f"{url}/v1/notifications", json=body, headers={"Authorization": f"Bearer {key}"}
-        ) as r:
-            await r.read()
-            assert r.status == 202, (r.status, await r.text())
-        latencies.append((time.monotonic() - started) * 1000)
-        await asyncio.sleep(0.01)
+    latencies, refused = await paced_accepts(session, url=url, key=key, seconds=seconds)
+    assert refused == 0, f"{refused} of B's sends refused"
     return latencies
 
 

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import sqlalchemy as sa
 
-from bench.lone_api import lone_api
+from bench.lone_api import lone_api, paced_accepts
 from bench.procfs import cpu_s
 from clarion.tokens import Purpose, make_token
 from harness.tenants import make_tenant
@@ -54,8 +54,8 @@ class Latency:
     max_ms: float
 
     @staticmethod
-    def of(latencies_s: list[float], refused: int) -> Latency:
-        ms = sorted(v * 1000 for v in latencies_s) or [0.0]
+    def of(latencies_ms: list[float], refused: int) -> Latency:
+        ms = sorted(latencies_ms) or [0.0]
         p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
         return Latency(len(ms), refused, statistics.median(ms), p99, ms[-1])
 
@@ -119,32 +119,8 @@ def _flood(url: str, requests: list[bytes], loops: int, seconds: float, out: mul
 
 
 async def _accepts(url: str, key: str, seconds: float) -> Latency:
-    latencies: list[float] = []
-    refused = 0
-
-    async def one_loop(session: aiohttp.ClientSession, n: int) -> None:
-        nonlocal refused
-        end, i = time.monotonic() + seconds, 0
-        while time.monotonic() < end:
-            body = {
-                "event_id": f"a-{n}-{i}-{secrets.token_hex(4)}",
-                "user": {"id": f"a-{i % 50}", "email": f"a{i % 50}@example.com"},
-                "channel": "email",
-                "content": {"subject": "Your order", "body": "Shipped."},
-            }
-            started = time.monotonic()
-            async with session.post(
-                f"{url}/v1/notifications", json=body, headers={"Authorization": f"Bearer {key}"}
-            ) as r:
-                await r.read()
-                refused += r.status != 202
-            latencies.append(time.monotonic() - started)
-            i += 1
-            await asyncio.sleep(0.01)
-
     async with aiohttp.ClientSession() as session:
-        await asyncio.gather(*(one_loop(session, n) for n in range(2)))
-    return Latency.of(latencies, refused)
+        return Latency.of(*await paced_accepts(session, url=url, key=key, seconds=seconds, loops=2))
 
 
 # --- tokens ---------------------------------------------------------------------------------------

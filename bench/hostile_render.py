@@ -18,7 +18,7 @@ from collections import Counter
 
 import aiohttp
 
-from bench.lone_api import lone_api
+from bench.lone_api import lone_api, quantile
 from harness.tenants import make_tenant
 
 SHARED = "{% set a=[1] %}" + "{% set a=[a,a] %}" * 24
@@ -32,11 +32,6 @@ BOMBS = {
     "parens": "{{ " + "(" * 1000 + "1" + ")" * 1000 + " }}",
     "plus": "{{ " + "+".join(["1"] * 3000) + " }}",
 }
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def probe(session: aiohttp.ClientSession, url: str, seconds: float) -> list[float]:

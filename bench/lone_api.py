@@ -1,6 +1,7 @@
 """One ``clarion api`` process on a database and a Tansu broker of its own, for the benchmarks that
 load the API alone (``bench.hostile_render``, ``bench.analytics_fairness``,
-``bench.anonymous_flood``): started, ready (``/readyz``), and torn down with its database.
+``bench.anonymous_flood``): started, ready (``/readyz``), and torn down with its database; and
+what they measure on it: a tenant's paced sends (``paced_accepts``) and their quantiles.
 
     async with lone_api("clarion_bench_x") as api:
         tenant = await make_tenant(api.engine)
@@ -9,6 +10,9 @@ load the API alone (``bench.hostile_render``, ``bench.analytics_fairness``,
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -65,3 +69,40 @@ async def lone_api(database_prefix: str) -> AsyncIterator[LoneApi]:
             api.stop(10)
         broker.stop()
         await drop_database(url)
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def paced_accepts(
+    session: aiohttp.ClientSession, *, url: str, key: str, seconds: float, loops: int = 1
+) -> tuple[list[float], int]:
+    """A tenant's email sends for ``seconds``, ``loops`` of them each sending one at a time 10 ms
+    apart: the latency of each (ms), and how many were refused (not 202)."""
+    latencies: list[float] = []
+    refused = 0
+
+    async def one_loop(n: int) -> None:
+        nonlocal refused
+        end, i = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            body = {
+                "event_id": f"probe-{n}-{i}-{secrets.token_hex(4)}",
+                "user": {"id": f"probe-{i % 50}", "email": f"probe{i % 50}@example.com"},
+                "channel": "email",
+                "content": {"subject": "Your order", "body": "Shipped."},
+            }
+            started = time.monotonic()
+            async with session.post(
+                f"{url}/v1/notifications", json=body, headers={"Authorization": f"Bearer {key}"}
+            ) as r:
+                await r.read()
+                refused += r.status != 202
+            latencies.append((time.monotonic() - started) * 1000)
+            i += 1
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(one_loop(n) for n in range(loops)))
+    return latencies, refused
