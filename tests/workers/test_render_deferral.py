@@ -121,6 +121,13 @@ async def message_of(conn: asyncpg.Connection, nid: UUID) -> NotificationMessage
     return NotificationMessage.model_validate(dict(fields))
 
 
+async def accepted_held_back(client: httpx.AsyncClient) -> UUID:
+    """A send accepted over the API and held back, so that only the test's pipeline takes it."""
+    accepted = await client.post("/v1/notifications", json=sms_send(send_at=held_back()))
+    assert accepted.status_code == 202, accepted.text
+    return UUID(accepted.json()["id"])
+
+
 async def deliver_due(pipeline: Pipeline, conn: asyncpg.Connection, message: NotificationMessage) -> str:
     """Make the notification due (inside the transaction, ``now()`` is its start), claim it, take it
     to an outcome and record it; its status after."""
@@ -136,9 +143,7 @@ async def deliver_due(pipeline: Pipeline, conn: asyncpg.Connection, message: Not
 async def test_on_the_log_a_row_is_deferred_max_times_then_dead_with_the_reason_in_its_history(
     pool: asyncpg.Pool, client: httpx.AsyncClient
 ) -> None:
-    accepted = await client.post("/v1/notifications", json=sms_send(send_at=held_back()))
-    assert accepted.status_code == 202, accepted.text
-    nid = UUID(accepted.json()["id"])
+    nid = await accepted_held_back(client)
     provider = Recording()
     async with pool.acquire() as conn:
         message = await message_of(conn, nid)
@@ -164,9 +169,7 @@ async def test_on_the_log_a_row_is_deferred_max_times_then_dead_with_the_reason_
 async def test_on_the_log_a_row_deferred_under_the_bound_is_sent_when_its_turn_comes(
     pool: asyncpg.Pool, client: httpx.AsyncClient
 ) -> None:
-    accepted = await client.post("/v1/notifications", json=sms_send(send_at=held_back()))
-    assert accepted.status_code == 202, accepted.text
-    nid = UUID(accepted.json()["id"])
+    nid = await accepted_held_back(client)
     provider = Recording()
     async with pool.acquire() as conn:
         message = await message_of(conn, nid)
