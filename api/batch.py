@@ -60,8 +60,8 @@ async def accept_batch(
         except ValidationError as exc:
             refused[index] = validation_error(exc.errors(include_url=False))
     async with contextlib.AsyncExitStack() as stack:
-        try:  # the items render back to back (Renderer.accept_turn); waiting for it is render time
-            await stack.enter_async_context(renderer.accept_turn(principal.tenant_id, budget=budget))
+        try:  # the items render back to back (RenderTurns.accept_turn); waiting for it is render time
+            await stack.enter_async_context(renderer.turns.accept_turn(principal.tenant_id, budget=budget))
         except RenderError as exc:
             raise render_error(exc) from None
         decisions = await accept_isolated(

@@ -4,10 +4,12 @@ What one render guarantees and bounds (sandbox, limits, the missing variable's n
 ``core/render_template.py``'s; this module decides *where* and *when* a render runs:
 
 - never on the event loop for long: ``render_async`` runs a render on the render threads, unless
-  its sources rendered in under ``CHEAP_MS`` last time (then within ``INLINE_MS`` on the loop);
-- one render of a tenant at a time on those threads (``turn``), so one tenant holds at most one;
-  a caller that cannot wait long for it asks for a bounded wait and gets ``TurnNotReady`` past it
-  (``accept_turn`` refuses the request then; the worker defers the send, ``workers/content.py``);
+  its sources rendered in under ``CHEAP_MS`` last time (then within ``INLINE_MS`` on the loop, at
+  once with ``render_now`` when nothing stands in its way);
+- one render of a tenant at a time on those threads (``turns``, ``core/render_turns.py``), so one
+  tenant holds at most one; a caller that cannot wait long for it asks for a bounded wait and gets
+  ``TurnNotReady`` past it (``accept_turn`` refuses the request then; the worker defers the send,
+  ``workers/content.py``);
 - at accept time, within ``RENDER_CPU_SHARE`` of a core per tenant: past its burst a tenant is
   refused, and a tenant owing render CPU renders in the render box (``core/render_box.py``);
 - a ``RequestBudget`` shares one CPU budget between every render of a request (a batch).
@@ -17,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -28,6 +29,7 @@ from core.render_box import RenderBox
 from core.render_errors import Part, RenderError, RenderErrorCode, TurnNotReady
 from core.render_limits import limit_error
 from core.render_template import CompiledTemplate, TemplateRenderer
+from core.render_turns import RenderTurns
 from core.render_types import RenderedContent, RequestBudget
 
 __all__ = [
@@ -41,17 +43,6 @@ __all__ = [
 # 234 ms to 4.6 s (chaos scenario 8) while A's cheap renders queued behind them on a shared pool.
 RENDER_THREADS = 4
 _RENDER_THREADS = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="clarion-render")
-
-
-_HELD_TURNS: ContextVar[frozenset[str]] = ContextVar("clarion_held_render_turns", default=frozenset())
-
-
-class _Turn:
-    """One tenant's place at the render threads: a lock and how many renders wait for it."""
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.waiting = 0
 
 
 # At accept time a tenant's renders may spend RENDER_CPU_SHARE of one core, with bursts up to
@@ -71,10 +62,6 @@ OWING_S = 0.05
 # `python -m chaos hostile --scale 0.2`, tenant A's accept p99 25-32 ms alone, 132-180 ms under
 # B's bombs with whole renders in threads. Ordinary templates take ~0.1 ms and never meet it.
 THREAD_SLICE_MS = 10
-# How long a render waits for its tenant's turn before it is refused: a tenant's requests queue
-# behind its own earlier renders, and behind four bombs in the render box (up to 5 s each at nice 19
-# on a loaded machine) a request waited past a client's 10 s timeout.
-TURN_WAIT_S = 3.0
 # Sources whose last render took under CHEAP_MS of CPU render on the event loop, within INLINE_MS
 # (past it they go to the threads as any other): handing an ordinary ~0.1 ms render to a thread and
 # back cost more than the render (ThreadPoolExecutor.submit and the wake-ups were ~15% of a
@@ -116,7 +103,7 @@ class Renderer(TemplateRenderer):
         super().__init__(
             max_output_chars=max_output_chars, max_render_ms=max_render_ms, cache_size=cache_size
         )
-        self._turns: dict[str, _Turn] = {}
+        self.turns = RenderTurns()  # one render of a tenant at a time (core/render_turns.py)
         self._debts: dict[str, _CpuDebt] = {}
         self._cheap: dict[tuple[str | None, str, str | None], bool] = {}  # sources -> last render was cheap
         self._box = RenderBox()
@@ -137,16 +124,24 @@ class Renderer(TemplateRenderer):
         one ``tenant`` take turns, so one tenant holds at most one render thread. With
         ``cpu_share`` (at accept time), a tenant past its share of render CPU is refused at once;
         the worker renders what was accepted without it (a refusal there would fail a send)."""
+        now = self.render_now(
+            subject=subject,
+            body=body,
+            html=html,
+            data=data,
+            budget=budget,
+            tenant=tenant,
+            cpu_share=cpu_share,
+        )
+        if now is not None:
+            return now
         call = partial(self._timed_render, subject=subject, body=body, html=html, data=data, budget=budget)
         in_box = partial(
             self._box.render, self, subject=subject, body=body, html=html, data=data, budget=budget
         )
-        if len(self._debts) > 10_000:  # settled-up entries go; a debtor's entry stays
-            for name in [n for n, d in self._debts.items() if d.settle() == 0.0]:
-                del self._debts[name]
-        debt = self._debts.setdefault(tenant or "", _CpuDebt())
+        debt = self._debt(tenant)
         _may_render(debt if cpu_share else None, budget)
-        turn = self.accept_turn if cpu_share else self.turn
+        turn = self.turns.accept_turn if cpu_share else self.turns.turn
         async with turn(tenant or "", budget=budget):
             # Checked again with the turn: a render that waited for it must not run once the
             # request's budget or the tenant's share was spent meanwhile.
@@ -167,11 +162,59 @@ class Renderer(TemplateRenderer):
             except RenderError as exc:
                 debt.debt_s += exc.cpu_s
                 raise
-            if len(self._cheap) > 4_096:
-                self._cheap.clear()
-            self._cheap[key] = spent_s * 1000 < CHEAP_MS
-            debt.debt_s += spent_s
+            self._spent(key, debt, spent_s)
             return content
+
+    def render_now(
+        self,
+        *,
+        subject: str | None,
+        body: str,
+        html: str | None,
+        data: dict[str, Any],
+        budget: RequestBudget | None = None,
+        tenant: str | None = None,
+        cpu_share: bool = True,
+    ) -> RenderedContent | None:
+        """``render_async``'s render on the event loop, done at once when nothing stands in its way:
+        the sources rendered cheaply last time, no other task holds or waits for ``tenant``'s turn,
+        the tenant owes no render CPU (``cpu_share``) and the ``budget`` is not spent. None when any
+        of these fails or the render ran past ``INLINE_MS`` (then ``render_async`` decides where it
+        runs); raises the ``RenderError`` of any other refusal."""
+        # The turn is not taken: a render on the loop cannot interleave with another of the tenant's.
+        # Taking it (an asyncio.Lock in two context managers, a timeout) cost about as much as the
+        # render itself: py-spy under bench.e2e (2026-11-29), the worker's Content.render 25% of its
+        # CPU of which the template's own render 13.6%.
+        key = (subject, body, html)
+        if not self._cheap.get(key) or self.turns.taken_elsewhere(tenant or ""):
+            return None
+        debt = self._debt(tenant)
+        if (cpu_share and debt.settle() > OWING_S) or (budget is not None and budget.remaining_ms <= 0):
+            return None
+        call = partial(self._timed_render, subject=subject, body=body, html=html, data=data, budget=budget)
+        try:
+            with budget.rendering() if budget is not None else nullcontext():
+                inline = self._inline(call, key, debt)
+        except RenderError as exc:
+            debt.debt_s += exc.cpu_s
+            raise
+        if inline is None:
+            return None
+        self._spent(key, debt, inline[1])
+        return inline[0]
+
+    def _debt(self, tenant: str | None) -> _CpuDebt:
+        if len(self._debts) > 10_000:  # settled-up entries go; a debtor's entry stays
+            for name in [n for n, d in self._debts.items() if d.settle() == 0.0]:
+                del self._debts[name]
+        return self._debts.setdefault(tenant or "", _CpuDebt())
+
+    def _spent(self, key: tuple[str | None, str, str | None], debt: _CpuDebt, spent_s: float) -> None:
+        """A render of ``key``'s sources took ``spent_s`` of CPU: charged, and whether it was cheap."""
+        if len(self._cheap) > 4_096:
+            self._cheap.clear()
+        self._cheap[key] = spent_s * 1000 < CHEAP_MS
+        debt.debt_s += spent_s
 
     def _inline(
         self,
@@ -208,58 +251,6 @@ class Renderer(TemplateRenderer):
                 raise
             debt.debt_s += exc.cpu_s
         return await in_box()
-
-    @asynccontextmanager
-    async def turn(
-        self, tenant: str, *, wait_s: float | None = None, budget: RequestBudget | None = None
-    ) -> AsyncIterator[None]:
-        """Hold ``tenant``'s place at the render threads (one render of a tenant at a time).
-        Re-entrant within a task: a batch holds its tenant's turn for all its items, so its items
-        do not queue one by one behind the tenant's other requests (20 loop bombs in a batch took
-        5-10 s that way while the tenant's other requests rendered between them). With ``wait_s``,
-        raises ``TurnNotReady`` when the turn did not come within that (on entry only: nothing was
-        rendered). With ``budget``, the wait for the turn is render time (``RequestBudget.rendering``)."""
-        held = _HELD_TURNS.get()
-        if tenant in held:
-            yield
-            return
-        turn = self._turns.setdefault(tenant, _Turn())
-        turn.waiting += 1
-        try:
-            try:
-                # asyncio.timeout, not wait_for: wait_for runs the acquire in a task of its own,
-                # one per render even when the turn is free. With workers/retry.py's the same way,
-                # bench.e2e A/B/B/A (2026-11-28): API 0.40-0.41 -> 0.37-0.38 ms per notification.
-                with budget.rendering() if budget is not None else nullcontext():
-                    async with asyncio.timeout(wait_s):
-                        await turn.lock.acquire()
-            except TimeoutError:
-                raise TurnNotReady(tenant, wait_s or 0.0) from None
-            try:
-                token = _HELD_TURNS.set(held | {tenant})
-                try:
-                    yield
-                finally:
-                    _HELD_TURNS.reset(token)
-            finally:
-                turn.lock.release()
-        finally:
-            turn.waiting -= 1
-            if turn.waiting == 0:
-                self._turns.pop(tenant, None)  # no entry outlives its last render
-
-    @asynccontextmanager
-    async def accept_turn(self, tenant: str, *, budget: RequestBudget | None = None) -> AsyncIterator[None]:
-        """``turn`` as a request takes it: waited for at most ``TURN_WAIT_S``, past which the request
-        is refused with ``RenderError`` ``render_limit`` (a 422 it may retry), not held longer."""
-        async with AsyncExitStack() as stack:
-            try:
-                await stack.enter_async_context(self.turn(tenant, wait_s=TURN_WAIT_S, budget=budget))
-            except TurnNotReady:
-                raise limit_error(
-                    "this tenant's earlier templates are still rendering; retry in a few seconds"
-                ) from None
-            yield
 
     async def start_box(self) -> None:
         """Start the render box's process ahead of its first use (the API does, at start-up)."""

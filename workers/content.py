@@ -13,7 +13,7 @@ sends of one tenant with legal 140 ms templates, due at once, held a batch for 2
 tenant's SMS sent a second later took 23 s instead of 0.9 s (a helper's probe, 2026-11-28). The
 deferred are booked one render apart after the tenant's last deferred one, at the pace its renders
 hold the turn here, so a backlog is not claimed and recorded again and again. The wait is the
-renderer's own turn, asked for with a bound (``Renderer.turn(wait_s=...)``, ``TurnNotReady`` past
+renderer's own turn, asked for with a bound (``RenderTurns.turn(wait_s=...)``, ``TurnNotReady`` past
 it); the render inside re-enters that turn (``cpu_share`` off waits without bound, and need not).
 How often one notification may be deferred is bounded in ``workers/render_deferral.py``.
 """
@@ -73,18 +73,14 @@ class Content:
         """The rendered content; raises ``RenderError`` (also when the template is gone), or
         ``RenderDeferred`` when the tenant's turn did not come within ``turn_wait_s``."""
         subject, body, html, track = await self._source(n)
-        async with AsyncExitStack() as stack:
-            try:  # on entry only: once the turn is held, the render's own faults are its own
-                await stack.enter_async_context(self.renderer.turn(n.tenant_id, wait_s=self.turn_wait_s))
-            except TurnNotReady:
-                raise self._deferral(n.tenant_id) from None
-            started = time.monotonic()
-            try:
-                content = await self.renderer.render_async(
-                    subject=subject, body=body, html=html, data=n.data, tenant=n.tenant_id, cpu_share=False
-                )
-            finally:
-                self._paced(n.tenant_id, held_s=time.monotonic() - started)
+        started = time.monotonic()
+        content = self.renderer.render_now(
+            subject=subject, body=body, html=html, data=n.data, tenant=n.tenant_id, cpu_share=False
+        )
+        if content is not None:  # at once on the loop: the turn was free and the sources cheap
+            self._paced(n.tenant_id, held_s=time.monotonic() - started)
+        else:
+            content = await self._render_in_turn(n, subject=subject, body=body, html=html)
         if (
             self.tracking is not None
             and html is not None
@@ -92,6 +88,25 @@ class Content:
         ):
             content = self.tracking.apply(n, content)
         return content
+
+    async def _render_in_turn(
+        self, n: ClaimedNotification, *, subject: str | None, body: str, html: str | None
+    ) -> RenderedContent:
+        """The render in the tenant's turn, waited for at most ``turn_wait_s``."""
+        async with AsyncExitStack() as stack:
+            try:  # on entry only: once the turn is held, the render's own faults are its own
+                await stack.enter_async_context(
+                    self.renderer.turns.turn(n.tenant_id, wait_s=self.turn_wait_s)
+                )
+            except TurnNotReady:
+                raise self._deferral(n.tenant_id) from None
+            started = time.monotonic()
+            try:
+                return await self.renderer.render_async(
+                    subject=subject, body=body, html=html, data=n.data, tenant=n.tenant_id, cpu_share=False
+                )
+            finally:
+                self._paced(n.tenant_id, held_s=time.monotonic() - started)
 
     def _deferral(self, tenant: str) -> RenderDeferred:
         """``tenant``'s next render deferred: booked one render after its last deferred one (at

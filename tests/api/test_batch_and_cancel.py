@@ -43,7 +43,7 @@ async def test_a_batch_whose_tenants_render_turn_does_not_come_is_refused_for_a_
 ) -> None:
     """The renderer's turn now says ``TurnNotReady`` when it does not come in time, which is no
     ``RenderError``: the batch still answers the 422 a client may retry, not a 500."""
-    monkeypatch.setattr("core.render.TURN_WAIT_S", 0.2)
+    monkeypatch.setattr("core.render_turns.TURN_WAIT_S", 0.2)
     async with turn_held(api.app.state.renderer, tenant.id):
         response = await client.post("/v1/notifications/batch", json={"notifications": [email_send()]})
     error = assert_error(response, 422, "template_render_limit")

@@ -128,7 +128,7 @@ async def test_a_batch_holds_its_tenants_render_turn_for_all_its_items() -> None
     go = asyncio.Event()
 
     async def batch() -> None:
-        async with renderer.turn("b"):
+        async with renderer.turns.turn("b"):
             await go.wait()
             for i in range(3):
                 await renderer.render_async(subject=None, body=f"item{i}", html=None, data={}, tenant="b")
@@ -140,13 +140,13 @@ async def test_a_batch_holds_its_tenants_render_turn_for_all_its_items() -> None
         order.append("single")
 
     held = asyncio.ensure_future(batch())
-    await wait_until(lambda: "b" in renderer._turns)
+    await wait_until(lambda: "b" in renderer.turns._turns)
     waiting = asyncio.ensure_future(single())
-    await wait_until(lambda: renderer._turns["b"].waiting == 2)  # the single request queues
+    await wait_until(lambda: renderer.turns._turns["b"].waiting == 2)  # the single request queues
     go.set()
     await asyncio.gather(held, waiting)
     assert order == ["item0", "item1", "item2", "single"]
-    assert renderer._turns == {}
+    assert renderer.turns._turns == {}
 
 
 async def test_the_api_starts_its_render_box_with_itself_and_stops_it_with_itself(settings: Settings) -> None:
@@ -169,21 +169,21 @@ async def test_a_turn_not_come_within_its_wait_raises_turn_not_ready_which_is_no
     renderer = Renderer()
     async with turn_held(renderer, "b") as release:
         with pytest.raises(TurnNotReady) as caught:
-            async with renderer.turn("b", wait_s=0.05):
+            async with renderer.turns.turn("b", wait_s=0.05):
                 pytest.fail("entered a turn another task holds")
         assert not isinstance(caught.value, RenderError)
         assert (caught.value.tenant, caught.value.wait_s) == ("b", 0.05)
-        assert renderer._turns["b"].waiting == 1, "the one that gave up waits no more"
+        assert renderer.turns._turns["b"].waiting == 1, "the one that gave up waits no more"
         release.set()
-    async with renderer.turn("b", wait_s=0.05):
+    async with renderer.turns.turn("b", wait_s=0.05):
         pass  # free again: given up on, the wait took nothing
-    assert renderer._turns == {}
+    assert renderer.turns._turns == {}
 
 
 async def test_at_accept_a_render_waiting_too_long_for_its_tenants_turn_is_refused_a_worker_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("core.render.TURN_WAIT_S", 0.2)
+    monkeypatch.setattr("core.render_turns.TURN_WAIT_S", 0.2)
     renderer = Renderer()
     try:
         async with turn_held(renderer, "b") as release:

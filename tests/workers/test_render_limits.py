@@ -147,14 +147,14 @@ async def test_one_tenants_slow_renders_take_turns_and_never_queue_another_tenan
         asyncio.ensure_future(renderer.render_async(subject=None, body=slow, html=None, data={}, tenant="b"))
         for _ in range(6)
     ]
-    await wait_until(lambda: "b" in renderer._turns and renderer._turns["b"].waiting == 6)
+    await wait_until(lambda: "b" in renderer.turns._turns and renderer.turns._turns["b"].waiting == 6)
     fine = await renderer.render_async(subject=None, body="hi {{ n }}", html=None, data={"n": 1}, tenant="a")
     assert fine.body == "hi 1"
     assert sum(not h.done() for h in hostile) >= 4, "tenant a waited behind tenant b's renders"
     for h in hostile:
         with pytest.raises(RenderError):
             await h
-    assert renderer._turns == {}  # no tenant entry outlives its renders
+    assert renderer.turns._turns == {}  # no tenant entry outlives its renders
 
 
 async def test_a_tenant_past_its_share_of_render_time_is_refused_and_others_are_not() -> None:

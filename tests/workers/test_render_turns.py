@@ -31,7 +31,7 @@ class HeldRenderer(Renderer):
 
     async def render_async(self, *, tenant: str | None = None, **kwargs: Any) -> RenderedContent:
         if tenant == "t-b":
-            turn = self._turns.get("t-b")
+            turn = self.turns._turns.get("t-b")
             assert turn is not None and turn.lock.locked(), "a render runs within its tenant's turn"
             self.entered.set()
             await self.release.wait()
@@ -105,7 +105,7 @@ async def test_deferrals_are_booked_one_render_apart_at_the_tenants_pace() -> No
     waits, content = await deferrals_behind_a_held_render(5, pace_s=0.4)
     # Booked one render after the last (a second from now at the soonest), not all alike at 1 s.
     assert waits == pytest.approx([1.4, 1.8, 2.2, 2.6, 3.0], abs=0.05)
-    assert content.renderer._turns == {}  # nobody waits: nothing kept
+    assert content.renderer.turns._turns == {}  # nobody waits: nothing kept
 
 
 async def test_bookings_stay_within_max_defer_s_however_many_were_deferred() -> None:
@@ -136,4 +136,4 @@ async def test_a_render_waiting_for_the_renderers_own_turn_is_deferred() -> None
             await asyncio.wait_for(content.render(row("b-1", tenant_id="t-b")), 5)
         release.set()
     assert (await content.render(row("b-2", tenant_id="t-b"))).body == "Your code is 42"
-    assert renderer._turns == {}
+    assert renderer.turns._turns == {}
