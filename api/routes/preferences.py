@@ -21,6 +21,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, Response
+from fastapi.routing import APIRoute
 
 from api.auth import require
 from api.errors import ApiError
@@ -42,7 +43,8 @@ from clarion.tokens import TokenClaims
 
 router = APIRouter(tags=["preferences"])
 
-# What ``api.token_first`` checks before the router: each user-side route and its token's purpose.
+# Each user-side route and its token's purpose, read twice: by ``api.token_first`` before the router,
+# and by the route itself (``_turn``), which looks its own entry up: one table, no second spelling.
 USER_SIDE = {
     ("GET", "/v1/preferences"): UserSideRoute("preferences", page=False),
     ("POST", "/v1/preferences"): UserSideRoute("preferences", page=False),
@@ -112,7 +114,7 @@ async def make_link(
 @router.get("/v1/preferences", response_model=PreferencesOut, tags=["user-side"])
 async def read_own_preferences(request: Request, token: Token = None) -> PreferencesOut:
     state = request.app.state
-    async with _turn(request, token, "preferences") as claims:
+    async with _turn(request, token) as claims:
         await known_user(engine=state.engine, claims=claims)
         return await get_preferences(engine=state.engine, tenant_id=claims.tenant_id, user_id=claims.user_id)
 
@@ -122,7 +124,7 @@ async def change_own_preferences(
     body: PreferencesIn, request: Request, token: Token = None
 ) -> PreferencesOut:
     state = request.app.state
-    async with _turn(request, token, "preferences") as claims:
+    async with _turn(request, token) as claims:
         await known_user(engine=state.engine, claims=claims)
         return await set_preferences(
             engine=state.engine,
@@ -138,7 +140,7 @@ async def one_click_unsubscribe(request: Request, token: Token = None) -> dict[s
     """RFC 8058 one-click: the body (``List-Unsubscribe=One-Click``) carries no authority; the
     token does. Idempotent: a repeat changes nothing and writes nothing. Never refused as busy
     (``api.preference_gate``): the sender's POST is made once."""
-    async with _turn(request, token, "unsubscribe", one_click=True) as claims:
+    async with _turn(request, token, one_click=True) as claims:
         assert claims.category is not None
         await unsubscribe(
             engine=request.app.state.engine,
@@ -156,7 +158,7 @@ async def unsubscribe_link_opened(request: Request, token: Token = None) -> Resp
     button posts the same token. The token keeps its reach: one category's unsubscribe link never
     becomes a token for the whole preference page (it did, valid 60 days)."""
     try:
-        async with _turn(request, token, "unsubscribe") as claims:
+        async with _turn(request, token) as claims:
             await known_user(engine=request.app.state.engine, claims=claims)
     except ApiError as exc:
         return error_page(exc)
@@ -175,7 +177,7 @@ async def unsubscribe_link_opened(request: Request, token: Token = None) -> Resp
 @router.get("/preferences", response_class=HTMLResponse, tags=["user-side"])
 async def preference_page(request: Request, token: Token = None) -> Response:
     try:
-        async with _turn(request, token, "preferences") as claims:
+        async with _turn(request, token) as claims:
             await known_user(engine=request.app.state.engine, claims=claims)
     except ApiError as exc:
         return error_page(exc)
@@ -192,14 +194,17 @@ async def preference_page_script() -> Response:
 
 
 def _turn(
-    request: Request, token: str | None, purpose: str, *, one_click: bool = False
+    request: Request, token: str | None, *, one_click: bool = False
 ) -> AbstractAsyncContextManager[TokenClaims]:
+    """The route's own check of its token, for the purpose its ``USER_SIDE`` entry names (found by
+    the route that matched, not the raw path ``TokenFirst`` saw), then its tenant's turn."""
     state = request.app.state
+    route: APIRoute = request.scope["route"]
     return user_side_turn(
         gate=state.preference_gate,
         settings=state.settings,
         token=token,
-        purposes={purpose},
+        purposes={USER_SIDE[(request.method, route.path)].purpose},
         one_click=one_click,
     )
 
