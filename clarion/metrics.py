@@ -63,9 +63,9 @@ INTERNAL_ERRORS = Counter(
 RENDER_DEFERRALS = Counter(
     "clarion_worker_render_deferrals_total",
     "Sends a worker deferred because their tenant's earlier renders held its render turn, by "
-    "decision: deferred (delayed for a later batch), dead (deferred CLARION_MAX_RENDER_DEFERRALS "
-    "times already).",
-    ["channel", "decision"],
+    "tenant, channel and decision: deferred (delayed for a later batch), dead (deferred "
+    "CLARION_MAX_RENDER_DEFERRALS times already).",
+    ["tenant", "channel", "decision"],
 )
 RATE_LIMIT_RULES_SKIPPED = Gauge(
     "clarion_rate_limit_rules_skipped",

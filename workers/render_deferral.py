@@ -37,7 +37,7 @@ def deferred(
     """The outcome of ``notification``'s render deferred now, ``after_s`` seconds ahead: ``delayed``
     until then, or ``dead`` once it was deferred ``max_deferrals`` times already."""
     if notification.deferrals >= max_deferrals:
-        metrics.RENDER_DEFERRALS.labels(channel.value, "dead").inc()
+        metrics.RENDER_DEFERRALS.labels(notification.tenant_id, channel.value, "dead").inc()
         return Outcome(
             notification_id=notification.id,
             status=Status.dead,
@@ -48,7 +48,7 @@ def deferred(
             ),
             detail=f"dead after {max_deferrals} render deferrals (CLARION_MAX_RENDER_DEFERRALS)",
         )
-    metrics.RENDER_DEFERRALS.labels(channel.value, "deferred").inc()
+    metrics.RENDER_DEFERRALS.labels(notification.tenant_id, channel.value, "deferred").inc()
     return Outcome(
         notification_id=notification.id,
         status=Status.delayed,

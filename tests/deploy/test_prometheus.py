@@ -51,7 +51,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_alert_rules_pass_promtool_check() -> None:
     result = promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 20 rules found" in result.stdout
+    assert "SUCCESS: 22 rules found" in result.stdout
 
 
 def test_alert_rules_unit_tests_pass() -> None:
@@ -115,6 +115,7 @@ def test_rules_and_dashboard_name_only_series_clarion_exports() -> None:
         "clarion_provider_call_seconds_count",
         "clarion_relay_republished_total",
         "clarion_notifications_rejected_total",
+        "clarion_worker_render_deferrals_total",
     } <= named
 
 

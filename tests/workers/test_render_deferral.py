@@ -12,6 +12,7 @@ the last claims, defers and records one notification on the real log until the b
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any, cast
 from uuid import UUID
@@ -19,6 +20,7 @@ from uuid import UUID
 import asyncpg
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from core.render import Renderer
 from providers.registry import ProviderSet
@@ -38,6 +40,18 @@ from workers.send import Sender
 MAX = 3
 
 
+def deferrals_counted() -> Counter[tuple[str, str]]:
+    """``clarion_worker_render_deferrals_total`` of SMS now, by (tenant, decision)."""
+    [family] = [f for f in REGISTRY.collect() if f.name == "clarion_worker_render_deferrals"]
+    return Counter(
+        {
+            (s.labels["tenant"], s.labels["decision"]): int(s.value)
+            for s in family.samples
+            if s.name.endswith("_total") and s.labels["channel"] == "sms"
+        }
+    )
+
+
 def deferring(pipeline: Pipeline) -> Renderer:
     """``pipeline``'s renderer, its turns given up on at once (a held turn defers the render)."""
     renderer = Renderer()
@@ -54,9 +68,12 @@ async def test_a_row_deferred_max_times_is_dead_at_its_next_deferral_and_its_nei
     pipeline, provider, messages = build(monkeypatch, rows, addresses, max_deferrals=MAX)
     renderer = deferring(pipeline)
 
+    counted = deferrals_counted()
     async with turn_held(renderer, "t-b"):
         outcomes = by_event(rows, await pipeline.process(messages))
 
+    # By tenant: the alerts on this series name the tenant whose renders are too slow.
+    assert deferrals_counted() - counted == Counter({("t-b", "dead"): 1, ("t-b", "deferred"): 1})
     dead = outcomes["b-worn"]
     assert (dead.status, dead.error_code, dead.calls, dead.not_before) == ("dead", TOO_OFTEN, 0, None)
     assert dead.detail == f"dead after {MAX} render deferrals (CLARION_MAX_RENDER_DEFERRALS)"
