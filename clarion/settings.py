@@ -29,6 +29,15 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the PostgreSQL notification log (asyncpg driver).",
     )
     db_pool_size: int = Field(default=10, ge=1, description="Connections per process in the DB pool.")
+    migration_lock_timeout_s: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "Longest a migration (`clarion db upgrade`, `clarion dev`) waits for each table lock before it "
+            "fails, rolled back, to be run again: waiting behind a long transaction, it would hold every "
+            "send queued behind it. 0 waits for ever."
+        ),
+    )
     kafka_bootstrap: str | None = Field(
         default=None,
         description="Kafka bootstrap servers (host:port,...). Unset in `clarion dev`: the bundled Tansu broker starts.",

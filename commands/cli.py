@@ -135,7 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     settings = _settings(api_port=getattr(args, "port", None), api_host=getattr(args, "host", None))
     setup_logging(settings.log_level)
     if args.command == "db":
-        _run(lambda: runner.prepare_database(settings))
+        from schema.db import MigrationLockTimeout
+
+        try:
+            _run(lambda: runner.prepare_database(settings))
+        except MigrationLockTimeout as exc:  # exit 1, one line: the orchestrator runs it again
+            raise SystemExit(f"clarion db upgrade: {exc}") from None
         print("database is at the newest schema")
     elif args.command == "maintain":
         _run(lambda: _maintain(settings))

@@ -42,7 +42,7 @@ DEV_TENANT = "dev"
 async def prepare_database(settings: Settings) -> None:
     """Create the database if missing and migrate it to the newest schema."""
     await ensure_database(settings.database_url)
-    await upgrade_async(settings.database_url)
+    await upgrade_async(settings.database_url, lock_timeout_s=settings.migration_lock_timeout_s)
 
 
 async def ensure_dev_tenant(settings: Settings) -> str:

@@ -11,6 +11,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -68,21 +69,47 @@ async def ensure_database(database_url: str) -> bool:
         await conn.close()
 
 
-def alembic_config(database_url: str) -> Config:
+# How long a migration waits for each lock before it fails (``schema/migrations/env.py``); the
+# default of ``CLARION_MIGRATION_LOCK_TIMEOUT_S``. 0 waits for ever.
+MIGRATION_LOCK_TIMEOUT_S = 5.0
+
+
+def alembic_config(database_url: str, *, lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    cfg.attributes["lock_timeout_s"] = lock_timeout_s
     return cfg
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    """Run the Alembic migrations up to ``revision`` (blocking; call from a thread inside a loop)."""
-    command.upgrade(alembic_config(database_url), revision)
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a lock not granted within lock_timeout
+
+
+class MigrationLockTimeout(Exception):
+    """A migration gave up waiting for a lock: the run's transaction is rolled back (index builds
+    done outside it, ``schema/migrations/partition_index.py``, are kept and skipped next time).
+    Run it again once the table is less busy."""
+
+
+def upgrade(
+    database_url: str, revision: str = "head", *, lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S
+) -> None:
+    """Run the Alembic migrations up to ``revision`` (blocking; call from a thread inside a loop);
+    :class:`MigrationLockTimeout` when a lock was not granted within ``lock_timeout_s``."""
+    try:
+        command.upgrade(alembic_config(database_url, lock_timeout_s=lock_timeout_s), revision)
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        raise MigrationLockTimeout(
+            f"a migration waited {lock_timeout_s:g} s for a lock on a busy table and gave up, rolled "
+            f"back ({exc.orig}): run it again (CLARION_MIGRATION_LOCK_TIMEOUT_S)"
+        ) from exc
 
 
 def downgrade(database_url: str, revision: str) -> None:
     command.downgrade(alembic_config(database_url), revision)
 
 
-async def upgrade_async(database_url: str) -> None:
-    await asyncio.to_thread(upgrade, database_url)
+async def upgrade_async(database_url: str, *, lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S) -> None:
+    await asyncio.to_thread(upgrade, database_url, lock_timeout_s=lock_timeout_s)
