@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.caps import hold_under_cap
 from api.errors import ApiError
+from api.webhook_replay import hold_replays
 from core import ssrf
 from core.dns import Resolver
 from core.webhook_events import EVENT_TYPES, PARK_PENDING, UNPARK_PENDING
@@ -173,6 +174,8 @@ async def update_endpoint(
         if patch.enabled:
             values.update(disabled_reason=None, disabled_at=None, failure_streak=0, failing_since=None)
     async with engine.begin() as conn:
+        if patch.enabled is not None:  # a replay queueing now is parked with the rest (hold_replays)
+            await hold_replays(conn, endpoint_id=endpoint_id)
         row = (
             await conn.execute(
                 _endpoints.update().where(_mine(tenant_id, endpoint_id)).values(**values).returning(*_COLUMNS)
@@ -210,6 +213,7 @@ async def rotate_secret(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUI
 async def delete_endpoint(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID) -> None:
     """Remove the endpoint; its pending deliveries are cancelled (their days can then expire)."""
     async with engine.begin() as conn:
+        await hold_replays(conn, endpoint_id=endpoint_id)  # a replay queueing now is cancelled too
         gone = (await conn.execute(_endpoints.delete().where(_mine(tenant_id, endpoint_id)))).rowcount
         if not gone:
             raise _not_found(endpoint_id)

@@ -24,7 +24,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.caps import one_at_a_time
 from api.errors import ApiError
@@ -128,16 +128,26 @@ _REPLAY_ONE = sa.text(
 )
 
 
+async def hold_replays(conn: AsyncConnection, *, endpoint_id: UUID) -> None:
+    """Wait for a replay of the endpoint in flight to commit, and keep the next one out until
+    ``conn``'s transaction ends. A replay reads its endpoint only once it holds this, and disabling
+    or deleting the endpoint takes it too: so the park or cancel sees every delivery a replay
+    queued, and a replay after it finds the endpoint disabled or gone. Before, a ``DELETE`` while a
+    replay was queueing left its 10,000 deliveries due for a deleted endpoint, which every claim of
+    ``clarion webhooks`` then read past (``workers/webhook_claim.py``)."""
+    await one_at_a_time(conn, kind="webhook-replay", key=str(endpoint_id))
+
+
 async def replay(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID, request: ReplayIn) -> ReplayOut:
     """Queue the events ``request`` names for the endpoint again (see the module docstring)."""
     async with engine.begin() as conn:
+        # One replay of an endpoint at a time: the next one's statements see what this one queued.
+        await hold_replays(conn, endpoint_id=endpoint_id)
         endpoint = (await conn.execute(_ENDPOINT, {"e": endpoint_id, "t": tenant_id})).first()
         if endpoint is None:
             raise ApiError(404, "not_found", f"No webhook endpoint {endpoint_id}.")
         if not endpoint.enabled:
             raise ApiError(409, "endpoint_disabled", "The endpoint is disabled: enable it, then replay.")
-        # One replay of an endpoint at a time: the next one's statements see what this one queued.
-        await one_at_a_time(conn, kind="webhook-replay", key=str(endpoint_id))
         pending = (await conn.execute(_PENDING_REPLAYS, {"e": endpoint_id, "limit": MAX_REPLAY})).scalar_one()
         room = MAX_REPLAY - pending
         if room <= 0:

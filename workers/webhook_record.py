@@ -21,7 +21,7 @@ from datetime import datetime
 
 import asyncpg
 
-from core.webhook_events import PARK_PENDING
+from core.webhook_events import PARK_PENDING, PARKED_AT
 from workers.record import storable
 from workers.webhook_claim import ClaimedDelivery
 from workers.webhook_send import CallResult
@@ -31,15 +31,18 @@ UPDATE webhook_deliveries
    SET state = 'delivered', delivered_at = now(), last_status = $3, last_error = NULL
  WHERE id = $1 AND created_at = $2 AND state = 'pending'
 """
-FAILED = """
+# A delivery parked while its call was in flight (the endpoint disabled meanwhile) stays parked:
+# due again, every claim would read past it for as long as the endpoint stays disabled.
+_UNLESS_PARKED = f"CASE WHEN next_attempt_at >= '{PARKED_AT}' THEN next_attempt_at ELSE {{}} END"
+FAILED = f"""
 UPDATE webhook_deliveries
    SET state = CASE WHEN attempts >= $4 THEN 'failed' ELSE state END,
-       next_attempt_at = now() + make_interval(secs => $5),
+       next_attempt_at = {_UNLESS_PARKED.format("now() + make_interval(secs => $5)")},
        last_status = $6, last_error = $7
  WHERE id = $1 AND created_at = $2 AND state = 'pending' AND attempts = $3
 """
-DEFERRED = """
-UPDATE webhook_deliveries SET next_attempt_at = $4, attempts = attempts - 1
+DEFERRED = f"""
+UPDATE webhook_deliveries SET next_attempt_at = {_UNLESS_PARKED.format("$4")}, attempts = attempts - 1
  WHERE id = $1 AND created_at = $2 AND state = 'pending' AND attempts = $3
 """
 ENDPOINT_OK = """

@@ -1,0 +1,193 @@
+"""A delivery queued for an endpoint while it is being disabled or deleted ends parked or cancelled,
+never due. ``clarion webhooks``' claim reads past every due delivery of an endpoint that is not
+enabled (``workers/webhook_claim.py``), so such rows cost every claim of every tenant.
+
+Before (2026-11-29, a helper's probe): the replay, the worker's record and the sender read the
+endpoint without a lock, so a ``DELETE`` or ``PATCH {"enabled": false}`` committed while one of them
+was queueing cancelled or parked everything but what it was queueing. Ten loops of register, replay
+10,000 events, delete left 100,000 due deliveries of deleted endpoints in 1.9 s (each cycle 10,000
+more, without bound: the replay cap is per endpoint); every claim then took 94 ms instead of 1.8 ms,
+and another tenant's webhook deliveries took 594 ms at the median instead of 13 ms.
+
+Each test makes the race certain, not likely: the queueing transaction is held open at the point
+where the endpoint was already read, then the endpoint is deleted or disabled."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import asyncpg
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from clarion.pg import create_pool
+from clarion.settings import Settings
+from core.webhook_events import WebhookEventIn, enqueue_events
+from harness.services import wait_until
+from harness.tenants import TenantInfo
+from tests.fixtures.webhook_receiver import Receiver
+from tests.fixtures.webhooks import fast, register
+from workers.webhook_claim import claim
+from workers.webhook_record import record_result
+from workers.webhook_send import CallResult
+
+OPENED = ["notification.opened"]
+SINCE = "2020-01-01T00:00:00Z"
+
+DUE = """
+SELECT count(*) FROM webhook_deliveries
+ WHERE endpoint_id = :e AND state = 'pending' AND next_attempt_at <= now() + interval '1 day'
+"""
+# A backend of this database waiting for a lock (the endpoint's row, or the replay's advisory lock).
+WAITING = """
+SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE NOT l.granted AND l.locktype = :kind AND a.datname = current_database()
+"""
+
+
+async def _due(engine: AsyncEngine, endpoint_id: str) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(sa.text(DUE), {"e": endpoint_id})).scalar_one())
+
+
+async def _waiting(engine: AsyncEngine, kind: str, at_least: int = 1) -> bool:
+    async with engine.connect() as conn:
+        return int((await conn.execute(sa.text(WAITING), {"kind": kind})).scalar_one()) >= at_least
+
+
+async def _log_events(engine: AsyncEngine, tenant_id: str, n: int) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "INSERT INTO webhook_events (id, tenant_id, notification_id, type, occurred_at, body)"
+                " SELECT gen_random_uuid(), :t, NULL, 'notification.opened', now(), '{}'"
+                " FROM generate_series(1, :n)"
+            ),
+            {"t": tenant_id, "n": n},
+        )
+
+
+async def _done_or_waiting(engine: AsyncEngine, task: asyncio.Task[httpx.Response]) -> bool:
+    """The request ended, or it waits on a row lock (a tuple or a transaction id)."""
+    return task.done() or await _waiting(engine, "transactionid") or await _waiting(engine, "tuple")
+
+
+async def _ended_or_behind_the_replay(engine: AsyncEngine, task: asyncio.Task[httpx.Response]) -> bool:
+    return await _done_or_waiting(engine, task) or await _waiting(engine, "advisory", at_least=2)
+
+
+async def _replay_racing(
+    local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo, change: str
+) -> tuple[str, httpx.Response]:
+    """A replay that has read its endpoint and waits on its advisory lock (``api/caps.py``), while
+    the endpoint is deleted or disabled; returns the endpoint id and the replay's answer."""
+    endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
+    path = f"/v1/webhook-endpoints/{endpoint['id']}"
+    await _log_events(engine, tenant.id, 50)
+    key = f"webhook-replay:{endpoint['id']}"
+    async with engine.connect() as holder:
+        await holder.execute(sa.text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": key})
+        replay = asyncio.create_task(local.post(f"{path}/replay", json={"since": SINCE}))
+        await wait_until(lambda: _waiting(engine, "advisory"), 15, 0.01)
+        if change == "delete":
+            changed = asyncio.create_task(local.delete(path))
+        else:
+            changed = asyncio.create_task(local.patch(path, json={"enabled": False}))
+        # It ends, or it waits for the replay: behind it for the advisory lock (or the row's lock).
+        await wait_until(lambda: _ended_or_behind_the_replay(engine, changed), 15, 0.01)
+        await holder.execute(sa.text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": key})
+    answer = await replay
+    assert (await changed).status_code in (200, 204)
+    return endpoint["id"], answer
+
+
+async def test_a_replay_racing_the_endpoints_deletion_leaves_nothing_due(
+    local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    endpoint_id, answer = await _replay_racing(local, engine, tenant, "delete")
+    assert answer.status_code in (202, 404), answer.text
+    assert await _due(engine, endpoint_id) == 0
+
+
+async def test_a_replay_racing_the_endpoints_disabling_leaves_its_deliveries_parked(
+    local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    endpoint_id, answer = await _replay_racing(local, engine, tenant, "disable")
+    assert answer.status_code in (202, 409), answer.text
+    assert await _due(engine, endpoint_id) == 0
+
+
+async def _enqueue(conn: AsyncConnection, tenant_id: str) -> None:
+    event = WebhookEventIn(
+        tenant_id=tenant_id, notification_id=None, type="notification.opened", data={}, occurred_at=datetime.now(UTC)
+    )
+    await enqueue_events(conn, events=[event] * 20)
+
+
+async def test_events_queued_as_the_endpoint_is_deleted_are_not_left_due(
+    local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    """The worker's record (and an engagement report) queue deliveries in their own transaction."""
+    endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
+    async with engine.connect() as conn:
+        transaction = await conn.begin()
+        await _enqueue(conn, tenant.id)
+        deleted = asyncio.create_task(local.delete(f"/v1/webhook-endpoints/{endpoint['id']}"))
+        await wait_until(lambda: _done_or_waiting(engine, deleted), 15, 0.01)
+        await transaction.commit()
+    assert (await deleted).status_code == 204
+    assert await _due(engine, endpoint["id"]) == 0
+
+
+async def test_events_queued_as_the_endpoint_is_disabled_are_parked(
+    local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
+    path = f"/v1/webhook-endpoints/{endpoint['id']}"
+    async with engine.connect() as conn:
+        transaction = await conn.begin()
+        await _enqueue(conn, tenant.id)
+        disabled = asyncio.create_task(local.patch(path, json={"enabled": False}))
+        await wait_until(lambda: _done_or_waiting(engine, disabled), 15, 0.01)
+        await transaction.commit()
+    assert (await disabled).status_code == 200
+    assert await _due(engine, endpoint["id"]) == 0
+    enabled = await local.patch(path, json={"enabled": True})  # and enabling sends them after all
+    assert enabled.status_code == 200
+    assert await _due(engine, endpoint["id"]) == 20
+
+
+async def test_a_call_that_fails_after_its_endpoint_was_disabled_leaves_the_delivery_parked(
+    settings: Settings, local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    receiver = await Receiver().start()
+    try:
+        endpoint = await register(local, receiver.url, OPENED)
+        async with engine.begin() as conn:
+            await _enqueue(conn, tenant.id)
+        policy = fast(settings).policy
+        pool = await create_pool(settings.database_url, size=2)
+        try:
+            # The session's database holds other tests' due deliveries: take this tenant's alone.
+            others = {t: 1_000 for t in await _tenants_with_pending(pool, but=tenant.id)}
+            mine = await claim(pool=pool, limit=20, lease_s=60, per_tenant=20, busy=others)
+            assert len(mine) == 20
+            path = f"/v1/webhook-endpoints/{endpoint['id']}"
+            assert (await local.patch(path, json={"enabled": False})).status_code == 200
+            for delivery in mine[:10]:  # the calls in flight as it was disabled end now
+                failed = CallResult(ok=False, status=503, error="answered HTTP 503", retry_after_s=1.0)
+                await record_result(pool=pool, delivery=delivery, result=failed, policy=policy)
+        finally:
+            await pool.close()
+        assert await _due(engine, endpoint["id"]) == 0
+    finally:
+        await receiver.stop()
+
+
+async def _tenants_with_pending(pool: asyncpg.Pool, *, but: str) -> list[str]:
+    rows = await pool.fetch(
+        "SELECT DISTINCT tenant_id FROM webhook_deliveries WHERE state = 'pending' AND tenant_id <> $1", but
+    )
+    return [r["tenant_id"] for r in rows]
