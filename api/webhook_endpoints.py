@@ -25,7 +25,7 @@ from api.errors import ApiError
 from api.webhook_replay import hold_replays
 from core import ssrf
 from core.dns import Resolver
-from core.webhook_events import EVENT_TYPES, PARK_PENDING, UNPARK_PENDING
+from core.webhook_events import EVENT_TYPES, LOCK_ENDPOINT, PARK_PENDING, UNPARK_PENDING
 from core.webhook_signing import new_secret
 from schema.ids import uuid7
 from schema.webhook_models import WebhookEndpoint
@@ -176,6 +176,8 @@ async def update_endpoint(
     async with engine.begin() as conn:
         if patch.enabled is not None:  # a replay queueing now is parked with the rest (hold_replays)
             await hold_replays(conn, endpoint_id=endpoint_id)
+        if patch.enabled is False:
+            await _settle_pending(conn, tenant_id=tenant_id, endpoint_id=endpoint_id, settle=PARK_PENDING)
         row = (
             await conn.execute(
                 _endpoints.update().where(_mine(tenant_id, endpoint_id)).values(**values).returning(*_COLUMNS)
@@ -214,16 +216,30 @@ async def delete_endpoint(*, engine: AsyncEngine, tenant_id: str, endpoint_id: U
     """Remove the endpoint; its pending deliveries are cancelled (their days can then expire)."""
     async with engine.begin() as conn:
         await hold_replays(conn, endpoint_id=endpoint_id)  # a replay queueing now is cancelled too
+        await _settle_pending(conn, tenant_id=tenant_id, endpoint_id=endpoint_id, settle=CANCEL_PENDING)
         gone = (await conn.execute(_endpoints.delete().where(_mine(tenant_id, endpoint_id)))).rowcount
         if not gone:
             raise _not_found(endpoint_id)
         await cancel_pending(conn, endpoint_id=endpoint_id)
 
 
+CANCEL_PENDING = (
+    "UPDATE webhook_deliveries SET state = 'cancelled' WHERE endpoint_id = $1 AND state = 'pending'"
+)
+
+
 async def cancel_pending(conn: AsyncConnection, *, endpoint_id: UUID) -> None:
-    await conn.execute(
-        sa.text(
-            "UPDATE webhook_deliveries SET state = 'cancelled' WHERE endpoint_id = :e AND state = 'pending'"
-        ),
-        {"e": endpoint_id},
-    )
+    await conn.exec_driver_sql(CANCEL_PENDING, (endpoint_id,))
+
+
+async def _settle_pending(conn: AsyncConnection, *, tenant_id: str, endpoint_id: UUID, settle: str) -> None:
+    """Before disabling or deleting the endpoint: park or cancel its pending deliveries, then wait
+    for the deliveries being queued to it now (``core.webhook_events.LOCK_ENDPOINT``), which the
+    caller's park or cancel after its change then takes too. The backlog is settled first so the
+    endpoint is held only while the few queued meanwhile are: the worker's record of a batch,
+    queueing to it, waits that long."""
+    mine = (await conn.execute(sa.select(_endpoints.c.id).where(_mine(tenant_id, endpoint_id)))).first()
+    if mine is None:
+        raise _not_found(endpoint_id)
+    await conn.exec_driver_sql(settle, (endpoint_id,))
+    await conn.exec_driver_sql(LOCK_ENDPOINT, (endpoint_id,))

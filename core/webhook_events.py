@@ -73,7 +73,14 @@ INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type
 SELECT gen_random_uuid(), e.id, ev.tenant_id, ev.id, ev.type, ev.body
   FROM ev JOIN webhook_endpoints e
     ON e.tenant_id = ev.tenant_id AND e.enabled AND ev.type = ANY(e.event_types)
+   FOR KEY SHARE OF e
 """
+# ``FOR KEY SHARE`` (what a foreign key check takes; no other writer of the endpoint waits for it)
+# holds the endpoint until this transaction commits, for ``lock_endpoint``: disabling or deleting
+# an endpoint waits for the deliveries being queued to it, so its park or cancel sees them. Before,
+# those committed just after it stayed due for an endpoint disabled or gone, which every claim of
+# ``clarion webhooks`` then read past.
+LOCK_ENDPOINT = "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE"
 
 
 # A disabled endpoint's pending deliveries wait at PARKED_AT, outside the claim's index range
@@ -81,7 +88,7 @@ SELECT gen_random_uuid(), e.id, ev.tenant_id, ev.id, ev.type, ev.body
 PARKED_AT = "9999-01-01 00:00:00+00"
 PARK_PENDING = f"""
 UPDATE webhook_deliveries SET next_attempt_at = '{PARKED_AT}'
- WHERE endpoint_id = $1 AND state = 'pending'
+ WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at < '{PARKED_AT}'
 """
 UNPARK_PENDING = f"""
 UPDATE webhook_deliveries SET next_attempt_at = now()

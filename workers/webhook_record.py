@@ -55,7 +55,7 @@ WITH judged AS (
     SELECT id, failure_streak + 1 AS streak, coalesce(failing_since, now()) AS since,
            enabled AND failure_streak + 1 >= $2
              AND coalesce(failing_since, now()) <= now() - make_interval(secs => $3) AS disable
-      FROM webhook_endpoints WHERE id = $1 FOR UPDATE
+      FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE  -- never waits for an enqueue's key share
 )
 UPDATE webhook_endpoints e
    SET failure_streak = j.streak,

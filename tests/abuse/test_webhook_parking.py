@@ -121,7 +121,11 @@ async def test_a_replay_racing_the_endpoints_disabling_leaves_its_deliveries_par
 
 async def _enqueue(conn: AsyncConnection, tenant_id: str) -> None:
     event = WebhookEventIn(
-        tenant_id=tenant_id, notification_id=None, type="notification.opened", data={}, occurred_at=datetime.now(UTC)
+        tenant_id=tenant_id,
+        notification_id=None,
+        type="notification.opened",
+        data={},
+        occurred_at=datetime.now(UTC),
     )
     await enqueue_events(conn, events=[event] * 20)
 
