@@ -29,6 +29,16 @@ async def one_at_a_time(conn: AsyncConnection, *, kind: str, key: str) -> None:
     )
 
 
+async def took_alone(conn: AsyncConnection, *, kind: str, key: str) -> bool:
+    """``one_at_a_time`` without the wait: hold ``kind`` for ``key`` until ``conn``'s transaction
+    ends and return True, or return False at once when another transaction holds it."""
+    took = await conn.execute(
+        sa.text("SELECT pg_try_advisory_xact_lock(hashtextextended(:kind || ':' || :key, 0))"),
+        {"kind": kind, "key": key},
+    )
+    return bool(took.scalar_one())
+
+
 async def hold_under_cap(
     conn: AsyncConnection, *, tenant_id: str, kind: str, held: sa.Select[Any], limit: int, message: str
 ) -> None:

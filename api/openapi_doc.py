@@ -71,7 +71,9 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/ops/dlq/{channel}"): (429,),
     ("post", "/v1/ops/dlq/{channel}/redrive"): (429,),  # the tenant's budget (api/tenant_budget.py)
     ("get", "/v1/analytics"): (429,),  # the search share too
-    ("post", "/v1/webhook-endpoints/{endpoint_id}/replay"): (409,),  # endpoint_disabled, replay_backlog
+    ("post", "/v1/webhook-endpoints/{endpoint_id}/replay"): (409,),  # endpoint_disabled, _backlog, _busy
+    ("patch", "/v1/webhook-endpoints/{endpoint_id}"): (409,),  # endpoint_busy: a replay in flight
+    ("delete", "/v1/webhook-endpoints/{endpoint_id}"): (409,),
     ("put", "/v1/rate-limits/{rule_id}"): (409,),  # limit_reached: recipient rules
     ("post", "/v1/notifications/{notification_id}/cancel"): (409,),
     ("post", "/v1/notifications/{notification_id}/events"): (415, 429),  # engagement_busy

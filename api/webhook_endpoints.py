@@ -7,7 +7,8 @@ tenant's id is simply not found. A disabled endpoint's pending deliveries are pa
 (also one Clarion disabled: that clears the reason and the failure streak) resumes them.
 
 Errors: ``ApiError`` 422 ``url_invalid`` / ``url_unresolvable`` / ``url_not_allowed``, 409
-``limit_reached`` (``CLARION_MAX_WEBHOOK_ENDPOINTS_PER_TENANT``), 404 ``not_found``.
+``limit_reached`` (``CLARION_MAX_WEBHOOK_ENDPOINTS_PER_TENANT``), 409 ``endpoint_busy`` (a disable,
+enable or delete while a replay of the endpoint is being queued), 404 ``not_found``.
 """
 
 from __future__ import annotations
@@ -174,8 +175,8 @@ async def update_endpoint(
         if patch.enabled:
             values.update(disabled_reason=None, disabled_at=None, failure_streak=0, failing_since=None)
     async with engine.begin() as conn:
-        if patch.enabled is not None:  # a replay queueing now is parked with the rest (hold_replays)
-            await hold_replays(conn, endpoint_id=endpoint_id)
+        if patch.enabled is not None:  # never while a replay queues (hold_replays: 409 endpoint_busy)
+            await hold_replays(conn, tenant_id=tenant_id, endpoint_id=endpoint_id)
         if patch.enabled is False:
             await _settle_pending(conn, tenant_id=tenant_id, endpoint_id=endpoint_id, settle=PARK_PENDING)
         row = (
@@ -215,7 +216,8 @@ async def rotate_secret(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUI
 async def delete_endpoint(*, engine: AsyncEngine, tenant_id: str, endpoint_id: UUID) -> None:
     """Remove the endpoint; its pending deliveries are cancelled (their days can then expire)."""
     async with engine.begin() as conn:
-        await hold_replays(conn, endpoint_id=endpoint_id)  # a replay queueing now is cancelled too
+        # a replay queueing now refuses this (409 endpoint_busy); one after it finds nothing
+        await hold_replays(conn, tenant_id=tenant_id, endpoint_id=endpoint_id)
         await _settle_pending(conn, tenant_id=tenant_id, endpoint_id=endpoint_id, settle=CANCEL_PENDING)
         gone = (await conn.execute(_endpoints.delete().where(_mine(tenant_id, endpoint_id)))).rowcount
         if not gone:
