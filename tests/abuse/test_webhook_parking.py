@@ -31,7 +31,7 @@ from core.webhook_events import WebhookEventIn, enqueue_events
 from harness.services import wait_until
 from harness.tenants import TenantInfo
 from tests.fixtures.webhook_receiver import Receiver
-from tests.fixtures.webhooks import fast, register
+from tests.fixtures.webhooks import fast, log_events, register
 from workers.webhook_claim import claim
 from workers.webhook_record import record_result
 from workers.webhook_send import CallResult
@@ -60,18 +60,6 @@ async def _waiting(engine: AsyncEngine, kind: str, at_least: int = 1) -> bool:
         return int((await conn.execute(sa.text(WAITING), {"kind": kind})).scalar_one()) >= at_least
 
 
-async def _log_events(engine: AsyncEngine, tenant_id: str, n: int) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(
-            sa.text(
-                "INSERT INTO webhook_events (id, tenant_id, notification_id, type, occurred_at, body)"
-                " SELECT gen_random_uuid(), :t, NULL, 'notification.opened', now(), '{}'"
-                " FROM generate_series(1, :n)"
-            ),
-            {"t": tenant_id, "n": n},
-        )
-
-
 async def _done_or_waiting(engine: AsyncEngine, task: asyncio.Task[httpx.Response]) -> bool:
     """The request ended, or it waits on a row lock (a tuple or a transaction id)."""
     return task.done() or await _waiting(engine, "transactionid") or await _waiting(engine, "tuple")
@@ -85,7 +73,7 @@ async def _changed_while_a_replay_is_in_flight(
     nothing; once it is released, the replay queues and the change settles all it queued."""
     endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
     path = f"/v1/webhook-endpoints/{endpoint['id']}"
-    await _log_events(engine, tenant.id, 50)
+    await log_events(engine, tenant.id, 50)
 
     async def changed() -> httpx.Response:
         if change == "delete":

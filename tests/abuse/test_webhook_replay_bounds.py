@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.webhook_replay import MAX_REPLAY
 from harness.tenants import TenantInfo
-from tests.fixtures.webhooks import emit, register
+from tests.fixtures.webhooks import emit, log_events, register
 
 OPENED = ["notification.opened"]
 SINCE = "2020-01-01T00:00:00Z"
@@ -23,19 +23,6 @@ async def _pending(engine: AsyncEngine, endpoint_id: str) -> int:
     async with engine.connect() as conn:
         query = "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = :e AND state = 'pending'"
         return int((await conn.execute(sa.text(query), {"e": endpoint_id})).scalar_one())
-
-
-async def _log_events(engine: AsyncEngine, tenant_id: str, n: int) -> None:
-    """Logged events without deliveries, as a disabled endpoint leaves them."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            sa.text(
-                "INSERT INTO webhook_events (id, tenant_id, notification_id, type, occurred_at, body)"
-                " SELECT gen_random_uuid(), :t, NULL, 'notification.opened', now(), '{}'"
-                " FROM generate_series(1, :n)"
-            ),
-            {"t": tenant_id, "n": n},
-        )
 
 
 async def test_an_event_already_pending_for_the_endpoint_is_not_queued_again(
@@ -64,7 +51,7 @@ async def test_replays_at_once_queue_each_event_once(
 ) -> None:
     endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
     path = f"/v1/webhook-endpoints/{endpoint['id']}"
-    await _log_events(engine, tenant.id, 2_000)  # enough that two unserialised replays overlap
+    await log_events(engine, tenant.id, 2_000)  # enough that two unserialised replays overlap
     answers = await asyncio.gather(*(local.post(f"{path}/replay", json={"since": SINCE}) for _ in range(8)))
     # One at a time: one queued them all; each other one came after it (nothing left to queue) or
     # during it (refused at once, 409 endpoint_busy, api/webhook_replay.py).
@@ -80,7 +67,7 @@ async def test_an_endpoint_holds_at_most_max_replay_pending_replays(
 ) -> None:
     endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
     path = f"/v1/webhook-endpoints/{endpoint['id']}"
-    await _log_events(engine, tenant.id, MAX_REPLAY + 10)
+    await log_events(engine, tenant.id, MAX_REPLAY + 10)
     first = await local.post(f"{path}/replay", json={"since": SINCE})
     assert first.json()["replayed"] == MAX_REPLAY and first.json()["next_since"] is not None
     again = await local.post(f"{path}/replay", json={"since": first.json()["next_since"]})
