@@ -6,7 +6,13 @@ Guarantees:
   holds when an older version is activated again;
 - creating a version never changes an existing one; with ``activate`` it becomes the only active
   version of its (name, channel, locale), atomically (concurrent creates get distinct versions);
-- a preview renders exactly what a send would (`api.template_preview`).
+- a preview renders exactly what a send would (`api.template_preview`);
+- the template's lock is held for a few statements touching at most the two versions that change,
+  and an activation renders before it takes a connection: each request queued on the lock holds
+  one of the API's pooled connections. Before, a new version rewrote every version and an
+  activation rendered under the lock: 40 creates of one template at once took another tenant's
+  ``PUT /v1/users`` p99 to 1.1-1.3 s, 40 activations to 0.7-0.8 s (0.2-0.3 s under 40 plain
+  reads; a helper's probe, 2026-11-29), now 0.3-0.4 s and 0.1-0.5 s.
 """
 
 from __future__ import annotations
@@ -155,8 +161,8 @@ async def create_template(
         await _lock(conn, tenant_id, template.name, channel, locale)
         same = _same(tenant_id, template.name, channel, locale)
         latest = (await conn.execute(sa.select(sa.func.max(_templates.c.version)).where(*same))).scalar()
-        if template.activate:
-            await conn.execute(_templates.update().where(*same).values(active=False))
+        if template.activate:  # the active version only: the others are already inactive
+            await conn.execute(_templates.update().where(*same, _templates.c.active).values(active=False))
         row = (
             await conn.execute(
                 _templates.insert()
@@ -185,30 +191,32 @@ async def activate_template(
 ) -> TemplateOut:
     """Make one stored version the active one; ``404`` when missing, ``422`` when it does not render."""
     channel = target.channel.value
+    same = _same(tenant_id, name, channel, target.locale)
+    version = sa.select(_templates).where(*same, _templates.c.version == target.version)
+    async with engine.connect() as conn:
+        row = (await conn.execute(version)).first()
+    if row is None:
+        raise ApiError(
+            404,
+            "unknown_template",
+            f"No {channel} template '{name}' version {target.version} in locale '{target.locale}'.",
+        )
+    # Rendered before the lock and the transaction (a version's sources never change): the render
+    # waits for the tenant's turn, up to TURN_WAIT_S (core/render_turns.py).
+    await render_checked(
+        renderer,
+        subject=row.subject,
+        body=row.body,
+        html=row.html,
+        data=row.sample_data or {},
+        tenant=tenant_id,
+    )
     async with engine.begin() as conn:
         await _lock(conn, tenant_id, name, channel, target.locale)
-        same = _same(tenant_id, name, channel, target.locale)
-        row = (
-            await conn.execute(sa.select(_templates).where(*same, _templates.c.version == target.version))
-        ).first()
-        if row is None:
-            raise ApiError(
-                404,
-                "unknown_template",
-                f"No {channel} template '{name}' version {target.version} in locale '{target.locale}'.",
-            )
-        await render_checked(
-            renderer,
-            subject=row.subject,
-            body=row.body,
-            html=row.html,
-            data=row.sample_data or {},
-            tenant=tenant_id,
-        )
         await conn.execute(
-            _templates.update().where(*same).values(active=_templates.c.version == target.version)
+            _templates.update()
+            .where(*same, sa.or_(_templates.c.active, _templates.c.version == target.version))
+            .values(active=_templates.c.version == target.version)
         )
-        activated = (
-            await conn.execute(sa.select(_templates).where(*same, _templates.c.version == target.version))
-        ).one()
+        activated = (await conn.execute(version)).one()
     return template_out(activated)
