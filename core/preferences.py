@@ -44,19 +44,43 @@ def decide(
     ``prefs`` maps (channel or ``*``, category or ``*``) to opted in. Required categories are
     always opted in.
     """
-    rule = rule or CategoryRule()
+    rule = rule or DEFAULT_RULE
     if rule.required:
         return PreferenceDecision(True, f"category '{category}' is required")
-    for key, source in (
-        ((channel, category), f"channel={channel} category={category}"),
-        ((ANY, category), f"category={category}"),
-        ((channel, ANY), f"channel={channel}"),
-        ((ANY, ANY), "all channels and categories"),
-    ):
+    for key, source in zip(_most_specific_first(channel, category), _SOURCES, strict=True):
         if key in prefs:
-            return PreferenceDecision(prefs[key], f"preference {source}")
+            return PreferenceDecision(
+                prefs[key], "preference " + source.format(channel=channel, category=category)
+            )
     state = "in" if rule.default_opted_in else "out"
     return PreferenceDecision(rule.default_opted_in, f"category '{category}' default (opted {state})")
+
+
+def wanted(
+    *, prefs: Mapping[tuple[str, str], bool], channel: str, category: str, rule: CategoryRule | None
+) -> bool:
+    """``decide(...).opted_in`` without saying what decided it: a preference page asks it of every
+    category and channel at once (1,500 times for 500 categories)."""
+    rule = rule or DEFAULT_RULE
+    if rule.required:
+        return True
+    for key in _most_specific_first(channel, category):
+        if key in prefs:
+            return prefs[key]
+    return rule.default_opted_in
+
+
+DEFAULT_RULE = CategoryRule()
+_SOURCES = (
+    "channel={channel} category={category}",
+    "category={category}",
+    "channel={channel}",
+    "all channels and categories",
+)
+
+
+def _most_specific_first(channel: str, category: str) -> tuple[tuple[str, str], ...]:
+    return ((channel, category), (ANY, category), (channel, ANY), (ANY, ANY))
 
 
 # An opt-out of a whole channel reported by the provider (a STOP reply, a hard bounce, a spam

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from clarion.pg import asyncpg_dsn
-from core.preferences import CategoryRule, PreferenceDecision, decide, record_opt_outs
+from core.preferences import CategoryRule, PreferenceDecision, decide, record_opt_outs, wanted
 
 REQUIRED = CategoryRule(required=True)
 OPT_IN_ONLY = CategoryRule(default_opted_in=False)
@@ -131,6 +131,14 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_decide_resolves_most_specific_first(case: Case) -> None:
     assert decide(prefs=case.prefs, channel="sms", category="orders", rule=case.rule) == case.expected
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_wanted_answers_as_decide_does(case: Case) -> None:
+    """The preference page's shortcut (no source named) gives the answer :func:`decide` gives."""
+    assert (
+        wanted(prefs=case.prefs, channel="sms", category="orders", rule=case.rule) is case.expected.opted_in
+    )
 
 
 # record_opt_outs, against the real schema; each test's rows are rolled back with its transaction.
