@@ -22,7 +22,7 @@ from api.models import BatchIn, NotificationIn
 from api.openapi_doc import document as document_errors
 from api.ops import QueueMonitor
 from api.outbox import Outbox
-from api.preference_gate import PreferenceGate
+from api.preference_gate import PreferenceGate, keyed_gate
 from api.routes import analytics as analytics_routes
 from api.routes import categories, health, notifications, preferences, sandbox, templates, users
 from api.routes import dlq as dlq_routes
@@ -74,6 +74,9 @@ def create_app(settings: Settings) -> FastAPI:
         )
         app.state.engagement_gate = EngagementGate(pool_size=settings.db_pool_size)
         app.state.preference_gate = PreferenceGate(pool_size=settings.db_pool_size)
+        app.state.keyed_preference_gate = keyed_gate(
+            pool_size=settings.db_pool_size, per_tenant=settings.preference_requests_per_tenant
+        )
         app.state.queues = QueueMonitor(
             engine=engine, bootstrap=settings.kafka_bootstrap or "", retention_days=settings.retention_days
         )

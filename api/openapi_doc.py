@@ -86,6 +86,8 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/webhooks/sendgrid/events"): (400, 403, 404, 413, 422),
     ("get", "/v1/categories/{name}"): (404,),
     ("get", "/v1/preferences"): (403, 404, 429),  # 429: preferences_busy (api/preference_gate.py)
+    ("get", "/v1/users/{external_id}/preferences"): (429,),  # preferences_busy, the keyed gate
+    ("put", "/v1/users/{external_id}/preferences"): (429,),
     ("post", "/v1/preferences"): (403, 404, 409, 429),  # 409: a user's preferences are capped
     ("get", "/v1/unsubscribe"): (403, 404, 429),
     ("post", "/v1/unsubscribe"): (403, 404, 429),

@@ -1,6 +1,8 @@
-"""How much of the API's database pool a person's user-side requests may hold: the preference page
-and its data (``/preferences``, ``GET/POST /v1/preferences?token=``) and the unsubscribe link
-(``GET`` and RFC 8058's one-click ``POST /v1/unsubscribe?token=``).
+"""How much of the API's database pool a tenant's preference requests may hold: a person's
+user-side ones, the preference page and its data (``/preferences``, ``GET/POST
+/v1/preferences?token=``) and the unsubscribe link (``GET`` and RFC 8058's one-click ``POST
+/v1/unsubscribe?token=``); and the tenant's own by API key (``GET/PUT
+/v1/users/{external_id}/preferences``, see "By API key" below).
 
 These need no API key, only a signed token from one email, so anyone holding one can send them in
 a loop. The token is checked first, without the database and without a turn; then at most
@@ -18,7 +20,8 @@ a second), and each is one read when it repeats an unsubscribe (``api.preference
 Error tree (JSON routes: the error body; pages: the same status as an HTML page):
 
     403 invalid_token      forged, expired, malformed or misused token; no turn, no database
-    429 preferences_busy   no turn within ``WAIT_S`` (never for the one-click POST); ``Retry-After: 1``
+    429 preferences_busy   no turn within ``WAIT_S`` (never for the one-click POST), or for a
+                           keyed request within ``KEYED_WAIT_S``; ``Retry-After: 1``
 
 Before (2026-11-29, ``python -m bench.anonymous_flood``, 64 loops in a process of their own, 2
 cores shared with other suites): another tenant's accept p99 37 ms alone went to 1,357 ms under
@@ -55,6 +58,9 @@ from clarion.tokens import TokenClaims
 PER_TENANT = 2
 WAIT_S = 0.5
 ONE_CLICK_WAIT_S = 5.0  # well inside the 10-30 s a sender's HTTP client commonly waits
+KEYED_WAIT_S = 2.0
+USER_SIDE_BUSY = "Too many requests for this sender's preference links right now; try again in a moment."
+KEYED_BUSY = "This tenant's preference requests already hold their share of the API; retry after Retry-After."
 
 
 class PreferenceGate(TenantTurns):
@@ -72,13 +78,23 @@ class PreferenceGate(TenantTurns):
         self.one_click_wait_s = one_click_wait_s
 
 
-def busy() -> ApiError:
-    return ApiError(
-        429,
-        "preferences_busy",
-        "Too many requests for this sender's preference links right now; try again in a moment.",
-        headers={"Retry-After": "1"},
-    )
+def busy(message: str = USER_SIDE_BUSY) -> ApiError:
+    return ApiError(429, "preferences_busy", message, headers={"Retry-After": "1"})
+
+
+def keyed_gate(*, pool_size: int, per_tenant: int) -> TenantTurns:
+    """The turns of the preference requests by API key; lives on ``app.state.keyed_preference_gate``."""
+    return TenantTurns(pool_size=pool_size, per_tenant=per_tenant, wait_s=KEYED_WAIT_S)
+
+
+@asynccontextmanager
+async def keyed_turn(*, gate: TenantTurns, tenant_id: str) -> AsyncIterator[None]:
+    """While the key's tenant holds a turn of its preference requests; ``429 preferences_busy``
+    when none came within the gate's wait, before any database work."""
+    async with gate.turn(tenant_id) as mine:
+        if not mine:
+            raise busy(KEYED_BUSY)
+        yield
 
 
 @asynccontextmanager

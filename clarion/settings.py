@@ -234,6 +234,12 @@ class Settings(BaseSettings):
         le=300,
         description="PostgreSQL time one search of the log may take before it is stopped and answered 422 search_too_broad.",
     )
+    preference_requests_per_tenant: int = Field(
+        default=2,
+        ge=1,
+        le=1_000,
+        description="Preference reads and writes by API key (GET/PUT /v1/users/{id}/preferences) one tenant may run at once in one API process (all tenants' together at most half of CLARION_DB_POOL_SIZE); more wait up to 2 s for a turn, then are answered 429 preferences_busy.",
+    )
     render_box_at_start: bool = Field(
         default=True,
         description="Start the API's render box (the child process that renders for tenants past their render CPU share) with the API rather than on first use, so its start-up does not land in the middle of a template attack.",

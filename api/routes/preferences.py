@@ -8,7 +8,8 @@
 
 The user-side routes need no API key: each checks its token first, without the database, then
 takes a turn of its tenant's share of the pool (``api.preference_gate``): ``403 invalid_token``,
-``429 preferences_busy`` (an HTML page on the pages).
+``429 preferences_busy`` (an HTML page on the pages). The service side's reads and writes take
+turns too, of a gate of their own: ``429 preferences_busy`` past them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from fastapi.routing import APIRoute
 
 from api.auth import require
 from api.errors import ApiError
-from api.preference_gate import user_side_turn
+from api.preference_gate import keyed_turn, user_side_turn
 from api.preference_links import PreferencesLink, known_user, user_preferences_link
 from api.preferences import (
     PreferencesIn,
@@ -76,9 +77,10 @@ async def read_user_preferences(
     request: Request,
     principal: Annotated[Principal, Depends(require("preferences"))],
 ) -> PreferencesOut:
-    return await user_preferences(
-        engine=request.app.state.engine, tenant_id=principal.tenant_id, external_id=external_id
-    )
+    async with keyed_turn(gate=request.app.state.keyed_preference_gate, tenant_id=principal.tenant_id):
+        return await user_preferences(
+            engine=request.app.state.engine, tenant_id=principal.tenant_id, external_id=external_id
+        )
 
 
 @router.put("/v1/users/{external_id}/preferences", response_model=PreferencesOut)
@@ -88,12 +90,13 @@ async def replace_preferences(
     request: Request,
     principal: Annotated[Principal, Depends(require("preferences"))],
 ) -> PreferencesOut:
-    return await replace_user_preferences(
-        engine=request.app.state.engine,
-        tenant_id=principal.tenant_id,
-        external_id=external_id,
-        entries=body.preferences,
-    )
+    async with keyed_turn(gate=request.app.state.keyed_preference_gate, tenant_id=principal.tenant_id):
+        return await replace_user_preferences(
+            engine=request.app.state.engine,
+            tenant_id=principal.tenant_id,
+            external_id=external_id,
+            entries=body.preferences,
+        )
 
 
 @router.post("/v1/users/{external_id}/preferences/link", response_model=PreferencesLink)
