@@ -143,7 +143,8 @@ class Settings(BaseSettings):
         le=3650,
         description="Days of the notification log (notifications, attempts, sandbox messages, event ids) "
         "kept: older days are dropped whole, except a day still holding a send not yet final. An "
-        "event id is recognised as a repeat for at least this many days.",
+        "event id is recognised as a repeat for at least this many days (its week's keys go together: up to 6 "
+        "days more).",
     )
     partition_days_ahead: int = Field(
         default=7,
