@@ -9,7 +9,9 @@ hears ``202`` only after the transaction holding its row has committed.
 
 A shared transaction that fails is retried one send at a time (:func:`accept_isolated`), so a send
 the database refuses (a NUL character in its data, say) fails alone; when the database is down,
-every send fails the same way, at once.
+every send fails the same way, at once. One refused because its day has no partition of the log
+(the upkeep has not made it: ``clarion.missing_days``) is tried again once, whole, after that day
+is created.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from api.accepted_counts import AcceptedCounts
 from api.errors import is_db_unavailable
 from api.submission import AcceptDecision, AcceptResult, Prerendered, Submission
 from clarion.coalesce import Coalescer
+from clarion.missing_days import create_missing_day, missing_day
 from core.analytics import RollupKey, hour_of
 from core.render import Renderer, RenderError
 from schema.enums import Channel
@@ -35,11 +38,17 @@ log = logging.getLogger(__name__)
 
 
 async def accept_isolated(
-    *, pool: asyncpg.Pool, renderer: Renderer, counts: AcceptedCounts, sends: Sequence[Submission]
+    *,
+    pool: asyncpg.Pool,
+    renderer: Renderer,
+    counts: AcceptedCounts,
+    sends: Sequence[Submission],
+    day_made: bool = False,
 ) -> list[AcceptDecision | Exception]:
     """Accept ``sends`` together; if that transaction fails, accept each alone. Returns, in order,
     each send's decision or the exception its own transaction raised; what was accepted is added
-    to ``counts`` (the ``accepted`` rollups, written once a second)."""
+    to ``counts`` (the ``accepted`` rollups, written once a second). A transaction refused for a
+    missing day of the log creates it and is tried again once (unless ``day_made``)."""
     try:
         async with pool.acquire() as conn:
             decisions: list[AcceptDecision | Exception] = list(
@@ -48,6 +57,12 @@ async def accept_isolated(
         counts.add(accepted_keys(sends=sends, decisions=decisions))
         return decisions
     except Exception as exc:
+        if not day_made and (missing := missing_day(exc)) is not None:
+            async with pool.acquire() as conn:
+                await create_missing_day(conn=conn, missing=missing)
+            return await accept_isolated(
+                pool=pool, renderer=renderer, counts=counts, sends=sends, day_made=True
+            )
         if len(sends) == 1 or is_db_unavailable(exc):
             return [exc] * len(sends)
         log.info(  # the class only: a database error's text can quote a sent value

@@ -1,8 +1,9 @@
 """The notification log's upkeep: days created ahead, expired days dropped whole, its figures.
 
-A missing partition at midnight would send the next day's rows to the default partition (where
-they stay safe, but every later day's creation has to move them); a missing drop lets the log grow
-without bound. :func:`maintain` does both for every table that grows per send, and is idempotent:
+A missing partition at midnight would send the next day's rows to the default partition of a
+table that has one (where they stay safe, but every later day's creation has to move them), and
+would make the first send of the day create its day on demand in one that has not
+(``clarion.missing_days``); a missing drop lets the log grow without bound. :func:`maintain` does both for every table that grows per send, and is idempotent:
 it runs every ``CLARION_MAINTENANCE_INTERVAL_S`` (an hour) in the relay, and as ``clarion
 maintain`` for cron; several relays, or a cron job beside them, are harmless. The day is passed
 in (``today``), so the tests run the clock past a midnight.
@@ -13,6 +14,24 @@ scheduled a month out), whose partition is kept whole until a later run finds it
 event-id keys are kept by the week (``KEY_SPAN_DAYS``): a week goes once its last day is past
 retention and no notification it names is live, so a key can outlive its notification by up to 6
 days but never goes before it (a notification and its key are stamped with the same ``now()``).
+
+The tables the accept writes (``notifications``, ``notification_keys``) have no default partition,
+so their days are detached ``CONCURRENTLY``: a send is never queued behind a drop
+(``schema.partition_drops``; migration 0016). The others keep theirs and are detached under a short
+ACCESS EXCLUSIVE lock: the worker, the webhooks and the rollups write them, not the accept.
+
+The order of one run's drops, and what a stop between two steps leaves:
+
+1. a week of ``notification_keys`` (kept while a notification of its days is live): a stop after
+   it leaves notifications whose keys are gone, i.e. a repeat accepted again, as retention does
+   anyway a day later;
+2. a day of ``notifications``, ``CONCURRENTLY`` (a stop inside it leaves the day detach pending:
+   the next run finishes and drops it);
+3. the same day of ``engagement`` (``goes_with_log``), only once no partition of ``notifications``
+   covers it (``drop_followers``): a stop between 2 and 3 leaves that engagement day with its
+   notifications gone until the next run, never a kept day of notifications without its
+   engagement;
+4. ``delivery_attempts``, ``sandbox_messages`` and ``analytics_hourly`` on their own retention.
 
 Errors: asyncpg errors pass through; :class:`Maintainer` logs a failed run and tries again at the
 next interval.
@@ -31,7 +50,7 @@ import asyncpg
 
 from clarion import metrics
 from schema.enums import TERMINAL_STATUSES, Status
-from schema.partition_drops import detach_day, drop_expired, drop_leftovers
+from schema.partition_drops import drop_expired, drop_followers
 from schema.partition_ranges import DayRange
 from schema.partitions import days_ahead, default_rows, ensure_ahead, existing_days
 
@@ -45,13 +64,16 @@ NOTIFICATIONS_FILLFACTOR = 80
 @dataclass(frozen=True, slots=True)
 class LogTable:
     """A table of the log and the rows that keep a day of it past its retention; a table that
-    ``goes_with_log`` loses a day exactly when ``notifications`` does (its foreign key)."""
+    ``goes_with_log`` loses a day only after ``notifications`` has (its engagement). Without a
+    ``default_partition`` a day is detached ``CONCURRENTLY`` and a write finding its day missing
+    creates it (``clarion.missing_days``)."""
 
     name: str
     live_filter: str | Callable[[DayRange], str] | None  # a condition, or one for a partition's days
     goes_with_log: bool = False
     fillfactor: int = 100
     span_days: int = 1  # days per partition (schema/partition_ranges.py)
+    default_partition: bool = True
 
 
 # Each accept probes every kept partition of the event-id keys (api/idempotency.py): with a day
@@ -75,11 +97,13 @@ def _live_key_week(days: DayRange) -> str:
 
 # In drop order: the keys first (a week of them goes only once no notification it names is live).
 LOG_TABLES = (
-    LogTable("notification_keys", _live_key_week, span_days=KEY_SPAN_DAYS),
+    LogTable("notification_keys", _live_key_week, span_days=KEY_SPAN_DAYS, default_partition=False),
     LogTable("engagement", None, goes_with_log=True),
     # Room on each page for the HOT update that records the broker's ack (api/outbox.py); the
     # other tables are written once (docs/partitioning.md, "Fill factor").
-    LogTable("notifications", LIVE_NOTIFICATION, fillfactor=NOTIFICATIONS_FILLFACTOR),
+    LogTable(
+        "notifications", LIVE_NOTIFICATION, fillfactor=NOTIFICATIONS_FILLFACTOR, default_partition=False
+    ),
     LogTable("delivery_attempts", None),
     LogTable("sandbox_messages", None),
     LogTable("analytics_hourly", None),  # hourly rollups, by the hour a notification was accepted
@@ -88,7 +112,8 @@ LOG_TABLES = (
 
 @dataclass(frozen=True, slots=True)
 class MaintenanceReport:
-    """What one run did, and the gauges' figures after it (per table)."""
+    """What one run did, and the gauges' figures after it (per table; ``default_rows`` for the
+    tables that have a default partition)."""
 
     created: list[str]
     dropped: list[str]
@@ -105,7 +130,8 @@ async def maintain(
     *, conn: asyncpg.Connection, today: dt.date, retention_days: int, partitions_ahead: int
 ) -> MaintenanceReport:
     """Create today .. today + ``partitions_ahead`` for every log table, drop the expired days,
-    and set the ``clarion_log_*`` gauges. Idempotent."""
+    and set the ``clarion_log_*`` gauges. Idempotent. ``conn`` must not be in a transaction (a
+    ``CONCURRENTLY`` detach cannot run in one)."""
     created: list[str] = []
     dropped: list[str] = []
     ahead: dict[str, int] = {}
@@ -113,28 +139,25 @@ async def maintain(
     for table in LOG_TABLES:
         created += await ensure_ahead(
             conn, parent=table.name, today=today, days_ahead=partitions_ahead,
-            fillfactor=table.fillfactor, span_days=table.span_days,
+            fillfactor=table.fillfactor, span_days=table.span_days, default_partition=table.default_partition,
         )  # fmt: skip
-    followers = [t.name for t in LOG_TABLES if t.goes_with_log]
-
-    async def detach_followers(day: dt.date) -> list[str]:
-        return [name for parent in followers for name in await detach_day(conn, parent=parent, day=day)]
-
-    for table in LOG_TABLES:
+    for table in LOG_TABLES:  # in the order of the module docstring
         if table.goes_with_log:
-            dropped += await drop_leftovers(
-                conn, parent=table.name, today=today, retention_days=retention_days
-            )
             continue
         dropped += await drop_expired(
-            conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter,
-            before_drop=detach_followers if table.name == "notifications" else None,
-        )  # fmt: skip
+            conn, parent=table.name, today=today, retention_days=retention_days, live_filter=table.live_filter
+        )
+        if table.name == "notifications":
+            for follower in (t for t in LOG_TABLES if t.goes_with_log):
+                dropped += await drop_followers(
+                    conn, parent=follower.name, leader=table.name, today=today, retention_days=retention_days
+                )
     for table in LOG_TABLES:
         ahead[table.name] = await days_ahead(conn, parent=table.name, today=today)
-        stray[table.name] = await default_rows(conn, parent=table.name)
         metrics.LOG_PARTITIONS_AHEAD.labels(table.name).set(ahead[table.name])
-        metrics.LOG_DEFAULT_ROWS.labels(table.name).set(stray[table.name])
+        if table.default_partition:  # the others have none: a missing day is made on demand
+            stray[table.name] = await default_rows(conn, parent=table.name)
+            metrics.LOG_DEFAULT_ROWS.labels(table.name).set(stray[table.name])
     metrics.LOG_MAINTENANCE_RUN.set(time.time())
     if created or dropped:
         log.info("log maintenance: created %s, dropped %s", created or "none", dropped or "none")
@@ -160,12 +183,12 @@ SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)
 
 async def log_size(*, conn: asyncpg.Connection, today: dt.date) -> LogSize:
     """Bytes of every log table (indexes included), the oldest day of notifications kept, and the
-    least days ahead and the most default-partition rows over the tables."""
+    least days ahead and the most default-partition rows over the tables that have one."""
     total = await conn.fetchval(_SIZE, [t.name for t in LOG_TABLES])
     days = [d for d in await existing_days(conn, parent="notifications") if d <= today]
     ahead = [await days_ahead(conn, parent=t.name, today=today) for t in LOG_TABLES]
-    stray = [await default_rows(conn, parent=t.name) for t in LOG_TABLES]
-    return LogSize(int(total), days[0] if days else None, len(days), min(ahead), max(stray))
+    stray = [await default_rows(conn, parent=t.name) for t in LOG_TABLES if t.default_partition]
+    return LogSize(int(total), days[0] if days else None, len(days), min(ahead), max(stray, default=0))
 
 
 class Maintainer:

@@ -154,7 +154,14 @@ LOG_PARTITIONS_AHEAD = Gauge(
 )
 LOG_DEFAULT_ROWS = Gauge(
     "clarion_log_default_rows",
-    "Rows in a log table's default partition (a day was missing when they arrived; should be 0).",
+    "Rows in a log table's default partition (a day was missing when they arrived; should be 0). "
+    "Not set for the tables without one (notifications, notification_keys).",
+    ["table"],
+)
+LOG_PARTITIONS_ON_DEMAND = Counter(
+    "clarion_log_partitions_created_on_demand_total",
+    "Writes that found their day of the log missing and had it created (clarion.missing_days), by "
+    "the table refused; above 0, the upkeep is not keeping days ahead.",
     ["table"],
 )
 LOG_MAINTENANCE_RUN = Gauge(

@@ -1,12 +1,31 @@
-"""Dropping whole expired partitions: detach each in a short transaction, then drop it on its own.
+"""Dropping whole expired partitions: detach each, then drop it on its own.
 
-The parent is locked only for the detach (``schema.partitions.briefly``: a short lock timeout,
-tried again); the ``DROP TABLE`` whose commit unlinks the day's files holds only that table. A day
-left detached by a run that stopped half-way is dropped by the next one. Each drop is logged with
-the time its detach (the parent's lock) and its drop took.
+A table without a default partition (the ones the accept writes) is detached ``CONCURRENTLY``: the
+parent is held only in SHARE UPDATE EXCLUSIVE, which no insert, update or read conflicts with, so
+sends are neither queued behind the detach nor waited for while it holds the parent; PostgreSQL
+waits for the transactions already in the parent between its two steps. A table with a default
+partition (PostgreSQL refuses ``CONCURRENTLY`` there) is detached in a short transaction that takes
+the parent's ACCESS EXCLUSIVE lock (``schema.partitions.briefly``: a short lock timeout, tried
+again). Either way the ``DROP TABLE`` whose commit unlinks the day's files holds only that table.
+
+What a stopped run leaves, and who finishes it:
+
+- a ``CONCURRENTLY`` detach interrupted between its two steps (a lock timeout while it waited for
+  the transactions in the parent, a cancel, a crash) leaves the day *detach pending*
+  (``pg_inherits.inhdetachpending``): no new query sees it, no row can go in, and nothing can be
+  created over it. The next run's :func:`drop_expired` finishes it (``DETACH PARTITION ...
+  FINALIZE``) and drops it; it was chosen to go, and a pending day cannot be taken back.
+- a day detached but not dropped is dropped by the next run (:func:`drop_leftovers`).
+- a table whose days go with another's (``engagement`` with ``notifications``:
+  :func:`drop_followers`) is detached only *after* its leader's day is: a follower's day goes once
+  no partition of the leader covers it, so a stop between the two leaves the leader's day gone and
+  the follower's still there (and found by the next run), never the other way round.
+
+Each drop is logged with the time its detach (the parent's lock) and its drop took.
 
 Errors: ``ValueError`` for a retention under one day; ``asyncpg.LockNotAvailableError`` when no
-try got the parent's lock (nothing changed); other asyncpg errors pass through.
+try got the parent's lock (a table with a default: nothing changed; ``CONCURRENTLY``: the day may be
+left pending, for the next run); other asyncpg errors pass through.
 """
 
 from __future__ import annotations
@@ -15,13 +34,21 @@ import datetime as dt
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from functools import partial
 
 import asyncpg
 
 from schema.partition_names import ident, partition_name
 from schema.partition_ranges import DayRange
-from schema.partitions import briefly, existing_days, existing_ranges, partition_key
+from schema.partitions import (
+    briefly,
+    briefly_alone,
+    existing_days,
+    existing_ranges,
+    has_default,
+    partition_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +59,12 @@ async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> 
     """Detach ``day`` of ``parent`` (and delete that day's rows in its default partition, normally
     none), in the caller's transaction; returns the table detached, if there was one, for the
     caller to drop once that transaction is committed. For a table whose days go with another's
-    (``drop_expired``'s ``before_drop``)."""
+    (:func:`drop_followers`)."""
     key = await partition_key(conn, parent=parent)
-    await conn.execute(f"DELETE FROM {ident(parent)}_default WHERE {DayRange(day, day + _DAY).within(key)}")
+    if await has_default(conn, parent=parent):
+        await conn.execute(
+            f"DELETE FROM {ident(parent)}_default WHERE {DayRange(day, day + _DAY).within(key)}"
+        )
     if day not in await existing_days(conn, parent=parent):
         return []
     name = partition_name(parent, day)
@@ -42,23 +72,38 @@ async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> 
     return [name]
 
 
-async def _detach_with(
-    conn: asyncpg.Connection,
-    *,
-    parent: str,
-    name: str,
-    day: dt.date,
-    before_drop: Callable[[dt.date], Awaitable[list[str]]] | None,
-) -> list[str]:
-    """Detach ``name`` after ``before_drop``'s tables, in one short transaction; returns every
-    table detached, ``name`` last."""
+async def _detach(conn: asyncpg.Connection, *, parent: str, name: str) -> None:
+    """Detach ``name`` from ``parent``: ``CONCURRENTLY`` when the parent has no default partition
+    (finishing a pending detach with ``FINALIZE``), in a short transaction otherwise."""
+    if await has_default(conn, parent=parent):
 
-    async def detach() -> list[str]:
-        followers = await before_drop(day) if before_drop is not None else []
-        await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
-        return [*followers, name]
+        async def locked() -> None:
+            await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
 
-    return await briefly(conn, detach)
+        await briefly(conn, locked)
+        return
+
+    async def concurrently() -> None:
+        pending = await conn.fetchval(_PENDING_OF, name)
+        if pending is None:  # detached already (another upkeep)
+            return
+        # A try that timed out in its second step left the day pending: the next one finishes it.
+        how = "FINALIZE" if pending else "CONCURRENTLY"
+        await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name} {how}")
+
+    await briefly_alone(conn, concurrently)
+
+
+_PENDING_OF = "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1)"
+_PENDING = """
+SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = to_regclass($1) AND i.inhdetachpending ORDER BY c.relname
+"""
+
+
+async def pending_detaches(conn: asyncpg.Connection, *, parent: str) -> list[str]:
+    """Partitions of ``parent`` left *detach pending* by an interrupted ``CONCURRENTLY``."""
+    return [r["relname"] for r in await conn.fetch(_PENDING, ident(parent))]
 
 
 async def _drop_detached(conn: asyncpg.Connection, names: list[str]) -> None:
@@ -93,35 +138,67 @@ async def drop_expired(
     today: dt.date,
     retention_days: int,
     live_filter: str | Callable[[DayRange], str] | None = None,
-    before_drop: Callable[[dt.date], Awaitable[list[str]]] | None = None,
 ) -> list[str]:
     """Drop each partition wholly older than ``today - retention_days`` (its last day before it);
-    return the names (``before_drop``'s first, partition by partition).
+    return the names.
 
     ``live_filter`` is a SQL condition on the partition's rows (e.g. ``status = ANY(...)`` for
-    non-terminal notifications), or a function of the partition's days giving one: a partition holding any such row is kept whole, so a send
-    scheduled a month out is never lost; it goes on a later run once its rows are terminal.
-    Dropping is ``DETACH`` (with ``before_drop``, which detaches the tables whose days go with
-    this one, in one short transaction) then ``DROP`` of each detached table on its own: no
-    row-by-row DELETE, no vacuum afterwards, and the parent locked only for the detach. A day
-    left detached by an earlier run that stopped half-way is dropped too.
+    non-terminal notifications), or a function of the partition's days giving one: a partition
+    holding any such row is kept whole, so a send scheduled a month out is never lost; it goes on a
+    later run once its rows are terminal. Dropping is a detach (see the module docstring) then a
+    ``DROP`` of the detached table on its own: no row-by-row DELETE, no vacuum afterwards. A day
+    left detach pending or detached by an earlier run that stopped half-way goes too. Without a
+    default partition the caller must not hold a transaction open (``CONCURRENTLY``).
     """
     if retention_days < 1:
         raise ValueError("retention_days must be at least 1")
     cutoff = today - retention_days * _DAY
     dropped: list[str] = []
+    for name in await pending_detaches(conn, parent=parent):
+        dropped += await _detach_and_drop(conn, parent=parent, name=name)
     for name, days in await existing_ranges(conn, parent=parent):
         if days.end > cutoff:
             break
         live = live_filter(days) if callable(live_filter) else live_filter
         if live is not None and await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live})"):
             continue
+        dropped += await _detach_and_drop(conn, parent=parent, name=name)
+    return dropped + await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
+
+
+async def _detach_and_drop(conn: asyncpg.Connection, *, parent: str, name: str) -> list[str]:
+    started = time.perf_counter()
+    await _detach(conn, parent=parent, name=name)
+    detached_at = time.perf_counter()
+    await _drop_detached(conn, [name])
+    log.info(
+        "dropped %s: detached in %.0f ms, dropped in %.0f ms", name,
+        (detached_at - started) * 1000, (time.perf_counter() - detached_at) * 1000,
+    )  # fmt: skip
+    return [name]
+
+
+async def drop_followers(
+    conn: asyncpg.Connection, *, parent: str, leader: str, today: dt.date, retention_days: int
+) -> list[str]:
+    """Drop each day of ``parent`` past retention that no partition of ``leader`` covers any more
+    (run after the leader's :func:`drop_expired`): a day of ``parent`` goes after its leader's day,
+    never before it, and one the leader keeps (a live send) is kept too. Returns the names,
+    leftovers of a stopped run included."""
+    cutoff = today - retention_days * _DAY
+    kept = {day for _, days in await existing_ranges(conn, parent=leader) for day in days.days()}
+    dropped: list[str] = []
+    for _, days in await existing_ranges(conn, parent=parent):
+        if days.end > cutoff:
+            break
+        if any(day in kept for day in days.days()):
+            continue
         started = time.perf_counter()
-        detached = await _detach_with(conn, parent=parent, name=name, day=days.start, before_drop=before_drop)
+        detached = await briefly(conn, partial(detach_day, conn, parent=parent, day=days.start))
         detached_at = time.perf_counter()
         await _drop_detached(conn, detached)
         log.info(
-            "dropped %s: detached in %.0f ms, dropped in %.0f ms", ", ".join(detached),
+            "dropped %s after %s's day: detached in %.0f ms, dropped in %.0f ms", ", ".join(detached), leader,
             (detached_at - started) * 1000, (time.perf_counter() - detached_at) * 1000,
         )  # fmt: skip
         dropped += detached

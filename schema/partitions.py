@@ -4,8 +4,10 @@ Clarion's own small loop rather than pg_partman: a few statements per table and 
 an injected clock, no extension to install on managed PostgreSQL. A parent table is range
 partitioned on a ``timestamptz`` (or ``date``) column; each child holds one UTC day, or a span of
 days (``span_days``, ``schema.partition_ranges``), and is named ``<parent>_pYYYYMMDD`` after its
-first day; a ``<parent>_default`` partition is the safety net that a row never fails for want of a
-partition (``default_rows`` reports whether anything landed there).
+first day. A table may have a ``<parent>_default`` partition, the safety net that a row never fails
+for want of a partition (``default_rows`` reports whether anything landed there); the tables the
+accept writes have none, so that a day can be detached ``CONCURRENTLY`` (``schema.partition_drops``),
+and a missing day is created when a write needs it (``clarion.missing_days``).
 
 Errors: identifiers are never tenant input; ``ValueError`` for a name that is not a plain SQL
 identifier, asyncpg errors pass through unchanged.
@@ -48,7 +50,7 @@ SELECT c.relname,
   JOIN pg_class c ON c.oid = i.inhrelid
   JOIN pg_class p ON p.oid = i.inhparent,
        regexp_match(pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''([^'']*)''\\) TO \\(''([^'']*)''\\)$') AS b
- WHERE p.relname = $1
+ WHERE p.relname = $1 AND NOT i.inhdetachpending
 """
 
 
@@ -56,7 +58,8 @@ async def existing_ranges(conn: asyncpg.Connection, *, parent: str) -> list[tupl
     """Each of Clarion's partitions of ``parent`` (named ``<parent>_pYYYYMMDD`` after its first day)
     and its days, oldest first. The default partition, and any partition of another name or whose
     bounds are not whole days (an operator's own, say), are left out: never created over, never
-    dropped."""
+    dropped. So is one whose ``DETACH ... CONCURRENTLY`` was interrupted (detach pending: no new
+    query sees it; ``schema.partition_drops`` finishes it)."""
     ranges = []
     for row in await conn.fetch(_RANGES, ident(parent)):
         try:
@@ -73,10 +76,11 @@ async def existing_days(conn: asyncpg.Connection, *, parent: str) -> list[dt.dat
     return [days.start for _, days in await existing_ranges(conn, parent=parent)]
 
 
-# Detaching a day takes ACCESS EXCLUSIVE on the parent, creating one on the default partition:
-# waiting behind a long reader (a search, an export) would queue every query behind it, so the
-# upkeep gives up after this long (below deadlock_timeout, 1 s), lets them through, and tries
-# again (docs/partitioning.md).
+# Detaching a day of a table with a default partition takes ACCESS EXCLUSIVE on the parent, creating
+# one on the default partition: waiting behind a long reader (a search, an export) would queue every
+# query behind it, so the upkeep gives up after this long (below deadlock_timeout, 1 s), lets them
+# through, and tries again (docs/partitioning.md). A CONCURRENTLY detach waits as long for the
+# transactions already in the parent before it gives up (and is finished on the next try).
 LOCK_TIMEOUT_MS = 200
 LOCK_TRIES = 10
 LOCK_PAUSE_S = 0.5
@@ -107,6 +111,34 @@ async def briefly(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) ->
     raise AssertionError("unreachable")
 
 
+async def briefly_alone(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) -> T:
+    """``work`` outside any transaction (for ``DETACH PARTITION ... CONCURRENTLY``, which PostgreSQL
+    refuses inside one), its session's ``lock_timeout`` at ``LOCK_TIMEOUT_MS``, tried ``LOCK_TRIES``
+    times as :func:`briefly` does; ``work`` must be safe to run again after a timeout left it half
+    done. Raises ``asyncpg.LockNotAvailableError`` when no try got its locks."""
+    if conn.is_in_transaction():
+        raise RuntimeError("briefly_alone needs a connection outside any transaction")
+    started = time.perf_counter()
+    for attempt in range(LOCK_TRIES):
+        await conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        try:
+            done = await work()
+        except asyncpg.LockNotAvailableError:
+            if attempt == LOCK_TRIES - 1:
+                raise
+            await asyncio.sleep(LOCK_PAUSE_S)
+            continue
+        finally:
+            await conn.execute("RESET lock_timeout")
+        if attempt:
+            log.info(
+                "partition change done on try %d of %d, %.0f ms after the first",
+                attempt + 1, LOCK_TRIES, (time.perf_counter() - started) * 1000,
+            )  # fmt: skip
+        return done
+    raise AssertionError("unreachable")
+
+
 async def ensure_ahead(
     conn: asyncpg.Connection,
     *,
@@ -115,10 +147,12 @@ async def ensure_ahead(
     days_ahead: int,
     fillfactor: int = 100,
     span_days: int = 1,
+    default_partition: bool = True,
 ) -> list[str]:
-    """Create the default partition and partitions covering every day from ``today`` to ``today +
-    days_ahead``, one per ``span_days`` (``partition_ranges.free_range``), each with ``fillfactor``
-    (below 100 leaves room on a page for HOT updates).
+    """Create partitions covering every day from ``today`` to ``today + days_ahead``, one per
+    ``span_days`` (``partition_ranges.free_range``), each with ``fillfactor`` (below 100 leaves room
+    on a page for HOT updates), and the default partition if ``default_partition`` (a table meant
+    to have none must say so: ``clarion.log_maintenance.LogTable.default_partition``).
 
     Idempotent; returns the names it created. Safe to run from several processes: each day is
     created under the parent's SHARE UPDATE EXCLUSIVE lock, and a loser finds it there.
@@ -128,9 +162,10 @@ async def ensure_ahead(
     if not 10 <= fillfactor <= 100:
         raise ValueError(f"fillfactor must be 10..100, not {fillfactor}")
     storage = f"WITH (fillfactor = {fillfactor})"
-    await conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {ident(parent)}_default PARTITION OF {parent} DEFAULT {storage}"
-    )
+    if default_partition:
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {ident(parent)}_default PARTITION OF {parent} DEFAULT {storage}"
+        )
     for offset in range(days_ahead + 1):
         day = today + offset * _DAY
         if any(days.covers(day) for days in taken):
@@ -168,7 +203,9 @@ async def _create_days(
     )
     # PostgreSQL refuses a partition while the default holds rows of its range ("updated partition
     # constraint for default partition would be violated"): those rows move into it first.
-    if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})"):
+    if await has_default(conn, parent=parent) and await conn.fetchval(
+        f"SELECT EXISTS (SELECT 1 FROM {parent}_default WHERE {within})"
+    ):
         await conn.execute(
             f"WITH moved AS (DELETE FROM {parent}_default WHERE {within} RETURNING *) "
             f"INSERT INTO {name} SELECT * FROM moved"
@@ -200,7 +237,21 @@ async def days_ahead(conn: asyncpg.Connection, *, parent: str, today: dt.date) -
     return ahead
 
 
+async def has_default(conn: asyncpg.Connection, *, parent: str) -> bool:
+    """Whether ``parent`` has its ``<parent>_default`` partition."""
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table t JOIN pg_class p ON p.oid = t.partrelid"
+            " WHERE p.relname = $1 AND t.partdefid <> 0)",
+            ident(parent),
+        )
+    )
+
+
 async def default_rows(conn: asyncpg.Connection, *, parent: str) -> int:
-    """Rows in the default partition: anything above 0 means a day was missing when it arrived."""
+    """Rows in the default partition: anything above 0 means a day was missing when it arrived.
+    0 for a table without one (a missing day is created on demand there: nothing lands aside)."""
+    if not await has_default(conn, parent=parent):
+        return 0
     value = await conn.fetchval(f"SELECT count(*) FROM {ident(parent)}_default")
     return int(value)

@@ -33,6 +33,9 @@ async def conn() -> AsyncIterator[asyncpg.Connection]:
 
 async def _engaged_notification(conn: asyncpg.Connection, created_at: dt.datetime) -> object:
     await conn.execute("INSERT INTO tenants (id, name) VALUES ('t', 't') ON CONFLICT DO NOTHING")
+    await partitions.ensure_ahead(  # the log has no default partition: its day first
+        conn, parent="notifications", today=created_at.date(), days_ahead=0, default_partition=False
+    )
     user = await conn.fetchval(
         "INSERT INTO users (id, tenant_id, external_id) VALUES (gen_random_uuid(), 't', gen_random_uuid()::text)"
         " RETURNING id"

@@ -1,7 +1,8 @@
 """Partition upkeep under load: the detach holds the log only briefly, never needs the tables an
-accept holds, gives up rather than queue every accept behind a long reader, and a day a stopped
-run left detached goes on the next run; creating a day ahead neither waits for nor blocks a send
-(docs/partitioning.md, "Retention under load")."""
+accept holds, gives up rather than queue every accept behind a long reader (a table with a default
+partition) or leaves its day detach pending for the next run to finish (``CONCURRENTLY``, the
+accept's tables), and a day a stopped run left detached goes on the next run; creating a day ahead
+neither waits for nor blocks a send (docs/partitioning.md, "Retention under load")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from clarion.log_maintenance import maintain
 from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
-from schema import partitions
+from schema import partition_drops, partitions
 
 OLD = dt.date(2001, 2, 3)
 LATER = OLD + dt.timedelta(days=40)
@@ -94,15 +95,61 @@ async def test_the_detach_gives_up_behind_a_long_reader_and_keeps_the_day(
 ) -> None:
     upkeep, reader = conns
     await _old_day(upkeep)
-    async with reader.transaction():  # a search still reading the log
+    await upkeep.execute(
+        "INSERT INTO delivery_attempts (notification_id, attempt, provider, started_at, finished_at, outcome)"
+        " SELECT id, 1, 'sandbox', created_at, created_at, 'sent' FROM notifications"
+    )
+    async with reader.transaction():  # a search still reading the attempts (a table with a default)
+        await reader.fetchval("SELECT count(*) FROM delivery_attempts")
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+    assert OLD in await partitions.existing_days(upkeep, parent="delivery_attempts")
+    assert await upkeep.fetchval("SELECT count(*) FROM delivery_attempts") == 1
+    report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+    assert partitions.partition_name("delivery_attempts", OLD) in report.dropped
+
+
+async def test_a_detach_left_pending_behind_a_long_reader_is_finished_by_the_next_run(
+    conns: tuple[asyncpg.Connection, asyncpg.Connection], impatient: None
+) -> None:
+    upkeep, reader = conns
+    await _old_day(upkeep)
+    day = partitions.partition_name("notifications", OLD)
+    async with reader.transaction():  # a search still reading the log: the detach waits for it
         await reader.fetchval("SELECT count(*) FROM notifications")
         with pytest.raises(asyncpg.LockNotAvailableError):
             await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
-    for parent in ("notifications", "engagement"):  # the day and what goes with it, whole
-        assert OLD in await partitions.existing_days(upkeep, parent=parent)
-        assert await upkeep.fetchval(f"SELECT count(*) FROM {parent}") == 1
+        # Its first step committed: the day is detach pending, and no new query sees it; its
+        # engagement, which goes only after it, is all there.
+        assert await partition_drops.pending_detaches(upkeep, parent="notifications") == [day]
+        assert await upkeep.fetchval("SELECT count(*) FROM notifications") == 0
+        assert OLD in await partitions.existing_days(upkeep, parent="engagement")
+        assert await upkeep.fetchval("SELECT count(*) FROM engagement") == 1
     report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
-    assert partitions.partition_name("notifications", OLD) in report.dropped
+    assert {day, partitions.partition_name("engagement", OLD)} <= set(report.dropped)
+    assert await partition_drops.pending_detaches(upkeep, parent="notifications") == []
+    assert await upkeep.fetchval("SELECT to_regclass($1)", day) is None
+
+
+async def test_the_next_run_finishes_a_detach_interrupted_in_its_pending_state(dsn: str) -> None:
+    upkeep, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        await _old_day(upkeep)
+        day = partitions.partition_name("notifications", OLD)
+        async with reader.transaction():  # the detach's second step waits for this reader
+            await reader.fetchval("SELECT count(*) FROM notifications")
+            await upkeep.execute("SET statement_timeout = 300")  # the upkeep stopped half-way
+            with pytest.raises(asyncpg.QueryCanceledError):
+                await upkeep.execute(f"ALTER TABLE notifications DETACH PARTITION {day} CONCURRENTLY")
+            await upkeep.execute("RESET statement_timeout")
+        assert await partition_drops.pending_detaches(upkeep, parent="notifications") == [day]
+        report = await maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+        assert day in report.dropped
+        assert await upkeep.fetchval("SELECT to_regclass($1)", day) is None
+        assert partitions.partition_name("engagement", OLD) in report.dropped
+    finally:
+        await upkeep.close()
+        await reader.close()
 
 
 async def test_a_day_left_detached_goes_on_the_next_run(dsn: str) -> None:
@@ -120,16 +167,21 @@ async def test_a_day_left_detached_goes_on_the_next_run(dsn: str) -> None:
         await conn.close()
 
 
-async def test_creating_a_day_gives_up_behind_a_long_reader(
+async def test_creating_a_day_gives_up_behind_a_long_reader_of_a_table_with_a_default(
     conns: tuple[asyncpg.Connection, asyncpg.Connection], impatient: None
 ) -> None:
     upkeep, reader = conns
-    async with reader.transaction():
-        await reader.fetchval("SELECT count(*) FROM notifications")
+    async with reader.transaction():  # it reads the default partition, which the attach locks
+        await reader.fetchval("SELECT count(*) FROM engagement")
         with pytest.raises(asyncpg.LockNotAvailableError):
-            await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0)
-    assert await partitions.ensure_ahead(upkeep, parent="notifications", today=OLD, days_ahead=0) == [
-        partitions.partition_name("notifications", OLD)
+            await partitions.ensure_ahead(upkeep, parent="engagement", today=OLD, days_ahead=0)
+        # Without a default partition, nothing a reader holds is in the way.
+        await reader.fetchval("SELECT count(*) FROM notifications")
+        assert await partitions.ensure_ahead(
+            upkeep, parent="notifications", today=OLD, days_ahead=0, default_partition=False
+        ) == [partitions.partition_name("notifications", OLD)]
+    assert await partitions.ensure_ahead(upkeep, parent="engagement", today=OLD, days_ahead=0) == [
+        partitions.partition_name("engagement", OLD)
     ]
 
 
@@ -150,12 +202,12 @@ async def test_creating_a_day_neither_waits_for_nor_blocks_a_send(
         # ACCESS EXCLUSIVE on notifications (CREATE TABLE ... PARTITION OF) would wait for this
         # transaction and give up: two tries of LOCK_TIMEOUT_MS.
         assert await partitions.ensure_ahead(
-            upkeep, parent="notifications", today=tomorrow, days_ahead=0
+            upkeep, parent="notifications", today=tomorrow, days_ahead=0, default_partition=False
         ) == [partitions.partition_name("notifications", tomorrow)]
     after = tomorrow + dt.timedelta(days=1)
     async with upkeep.transaction():  # and the other way round: a day attached, not yet committed
         assert await partitions.ensure_ahead(
-            upkeep, parent="notifications", today=tomorrow, days_ahead=1
+            upkeep, parent="notifications", today=tomorrow, days_ahead=1, default_partition=False
         ) == [partitions.partition_name("notifications", after)]
         await accept.execute("SET lock_timeout = 500")
         await accept.execute(send, "while attaching", at)  # LockNotAvailableError if blocked
