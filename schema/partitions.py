@@ -147,12 +147,13 @@ async def ensure_ahead(
     days_ahead: int,
     fillfactor: int = 100,
     span_days: int = 1,
-    default_partition: bool = True,
+    default_partition: bool = False,
 ) -> list[str]:
     """Create partitions covering every day from ``today`` to ``today + days_ahead``, one per
     ``span_days`` (``partition_ranges.free_range``), each with ``fillfactor`` (below 100 leaves room
-    on a page for HOT updates), and the default partition if ``default_partition`` (a table meant
-    to have none must say so: ``clarion.log_maintenance.LogTable.default_partition``).
+    on a page for HOT updates), and the default partition if ``default_partition`` and it is
+    missing (the migrations make the defaults of the tables that have one; the accept's tables
+    have none: ``clarion.log_maintenance.LogTable.default_partition``).
 
     Idempotent; returns the names it created. Safe to run from several processes: each day is
     created under the parent's SHARE UPDATE EXCLUSIVE lock, and a loser finds it there.

@@ -79,7 +79,9 @@ async def test_rows_that_fell_into_the_default_move_into_their_week(
     keys: tuple[asyncpg.Connection, str],
 ) -> None:
     conn, parent = keys
-    await partitions.ensure_ahead(conn, parent=parent, today=MON, days_ahead=0, span_days=7)
+    await partitions.ensure_ahead(
+        conn, parent=parent, today=MON, days_ahead=0, span_days=7, default_partition=True
+    )
     await conn.execute(
         f"INSERT INTO {parent} VALUES ('late', $1), ('later', $2)", MON + 8 * DAY, MON + 13 * DAY
     )
@@ -138,7 +140,9 @@ async def test_partitions_clarion_did_not_make_are_never_counted_or_dropped(
     await conn.execute(
         f"CREATE TABLE {parent}_old PARTITION OF {parent} FOR VALUES FROM (MINVALUE) TO ('2000-01-01')"
     )
-    await partitions.ensure_ahead(conn, parent=parent, today=MON, days_ahead=0, span_days=7)
+    await partitions.ensure_ahead(
+        conn, parent=parent, today=MON, days_ahead=0, span_days=7, default_partition=True
+    )
     assert await ranges(conn, parent) == [DayRange(MON, MON + 7 * DAY)]
     dropped = await partition_drops.drop_expired(
         conn, parent=parent, today=MON + 400 * DAY, retention_days=30

@@ -39,14 +39,16 @@ def at(day: dt.date, hh: int = 0, mm: int = 0, ss: int = 0) -> dt.datetime:
 async def test_a_send_at_midnight_lands_in_its_own_day(log: tuple[asyncpg.Connection, str]) -> None:
     conn, parent = log
     today = dt.date(2026, 11, 25)
-    created = await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=7)
+    created = await partitions.ensure_ahead(
+        conn, parent=parent, today=today, days_ahead=7, default_partition=True
+    )
     assert len(created) == 8
     assert await partitions.days_ahead(conn, parent=parent, today=today) == 7
     # The clock runs past the boundary: the loop's next run (the next day) keeps 7 days ahead.
     tomorrow = today + DAY
-    assert await partitions.ensure_ahead(conn, parent=parent, today=tomorrow, days_ahead=7) == [
-        partitions.partition_name(parent, tomorrow + 7 * DAY)
-    ]
+    assert await partitions.ensure_ahead(
+        conn, parent=parent, today=tomorrow, days_ahead=7, default_partition=True
+    ) == [partitions.partition_name(parent, tomorrow + 7 * DAY)]
     for i, when in enumerate([at(today, 23, 59, 59), at(tomorrow), at(tomorrow + 7 * DAY, 12)]):
         await conn.execute(f"INSERT INTO {parent} VALUES ($1, 'sent', $2)", i, when)
     where = await conn.fetch(f"SELECT tableoid::regclass::text AS part FROM {parent} ORDER BY id")
@@ -63,7 +65,7 @@ async def test_a_row_beyond_the_horizon_lands_in_the_default_and_is_counted(
 ) -> None:
     conn, parent = log
     today = dt.date(2026, 11, 25)
-    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=1)
+    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=1, default_partition=True)
     await conn.execute(f"INSERT INTO {parent} VALUES (1, 'sent', $1)", at(today + 5 * DAY))
     assert await partitions.default_rows(conn, parent=parent) == 1
     assert await partitions.days_ahead(conn, parent=parent, today=today + 2 * DAY) == 0
@@ -74,7 +76,7 @@ async def test_retention_drops_whole_days_but_keeps_one_with_a_scheduled_send(
 ) -> None:
     conn, parent = log
     start = dt.date(2026, 10, 1)
-    await partitions.ensure_ahead(conn, parent=parent, today=start, days_ahead=40)
+    await partitions.ensure_ahead(conn, parent=parent, today=start, days_ahead=40, default_partition=True)
     for i in range(41):
         await conn.execute(f"INSERT INTO {parent} VALUES ($1, 'sent', $2)", i, at(start + i * DAY, 9))
     # A send accepted on day 2 and scheduled a month out is still live.
@@ -110,13 +112,13 @@ async def test_a_day_that_landed_in_the_default_gets_its_partition_and_keeps_its
 ) -> None:
     conn, parent = log
     today = dt.date(2026, 11, 25)
-    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=0)
+    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=0, default_partition=True)
     late = today + 3 * DAY  # the loop stopped; sends of that day went to the default
     await conn.execute(
         f"INSERT INTO {parent} VALUES (1, 'sent', $1), (2, 'scheduled', $2)", at(late, 1), at(late, 23)
     )
     await conn.execute(f"INSERT INTO {parent} VALUES (3, 'sent', $1)", at(late + DAY, 5))
-    await partitions.ensure_ahead(conn, parent=parent, today=late, days_ahead=0)
+    await partitions.ensure_ahead(conn, parent=parent, today=late, days_ahead=0, default_partition=True)
     rows = await conn.fetch(f"SELECT id, tableoid::regclass::text AS part FROM {parent} ORDER BY id")
     assert [(r["id"], r["part"]) for r in rows] == [
         (1, partitions.partition_name(parent, late)),
@@ -129,9 +131,13 @@ async def test_a_day_that_landed_in_the_default_gets_its_partition_and_keeps_its
 async def test_partitions_get_the_fill_factor_asked_for(log: tuple[asyncpg.Connection, str]) -> None:
     conn, parent = log
     today = dt.date(2026, 11, 25)
-    await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=1, fillfactor=80)
+    await partitions.ensure_ahead(
+        conn, parent=parent, today=today, days_ahead=1, fillfactor=80, default_partition=True
+    )
     await conn.execute(f"INSERT INTO {parent} VALUES (1, 'sent', $1)", at(today + 5 * DAY))  # the default
-    await partitions.ensure_ahead(conn, parent=parent, today=today + 5 * DAY, days_ahead=0, fillfactor=80)
+    await partitions.ensure_ahead(
+        conn, parent=parent, today=today + 5 * DAY, days_ahead=0, fillfactor=80, default_partition=True
+    )
     options = await conn.fetch(
         "SELECT c.relname, c.reloptions FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
         " WHERE i.inhparent = $1::regclass",
@@ -141,4 +147,6 @@ async def test_partitions_get_the_fill_factor_asked_for(log: tuple[asyncpg.Conne
     assert len(options) == 4
     assert all(r["reloptions"] == ["fillfactor=80"] for r in options), options
     with pytest.raises(ValueError, match="fillfactor"):
-        await partitions.ensure_ahead(conn, parent=parent, today=today, days_ahead=0, fillfactor=5)
+        await partitions.ensure_ahead(
+            conn, parent=parent, today=today, days_ahead=0, fillfactor=5, default_partition=True
+        )

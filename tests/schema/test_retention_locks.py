@@ -6,6 +6,7 @@ neither waits for nor blocks a send (docs/partitioning.md, "Retention under load
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 
@@ -14,7 +15,7 @@ import pytest
 
 from clarion.log_maintenance import maintain
 from clarion.pg import asyncpg_dsn
-from harness.services import drop_database, fresh_database
+from harness.services import drop_database, fresh_database, wait_until
 from schema import partition_drops, partitions
 
 OLD = dt.date(2001, 2, 3)
@@ -88,6 +89,38 @@ async def test_a_day_drops_while_an_accept_holds_users(
         )
     day = f"p{OLD:%Y%m%d}"
     assert {f"engagement_{day}", f"notifications_{day}"} <= set(report.dropped)
+
+
+async def test_a_day_is_detached_concurrently_beside_an_open_accept(dsn: str) -> None:
+    upkeep, accept, later = [await asyncpg.connect(dsn) for _ in range(3)]
+    try:
+        await _old_day(upkeep)
+        day = partitions.partition_name("notifications", OLD)
+        now = dt.datetime(LATER.year, LATER.month, LATER.day, 9, tzinfo=dt.UTC)
+        send = (
+            "INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data,"
+            " created_at) SELECT gen_random_uuid(), 't', $1, 'x', id, 'push', '{}', $2 FROM users"
+        )
+        async with accept.transaction():  # an accept in flight: ROW EXCLUSIVE on the log
+            await accept.execute(send, "in flight", now)
+            upkeep_run = asyncio.create_task(
+                maintain(conn=upkeep, today=LATER, retention_days=30, partitions_ahead=0)
+            )
+            # The detach's first step is not blocked by the open accept (ACCESS EXCLUSIVE would
+            # wait for it, and never get here): the day is detach pending while the accept is open.
+            pending = "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1)"
+            await wait_until(lambda: later.fetchval(pending, day), timeout_s=5, interval_s=0.01)
+            # Nor does the detach block sends: a new one goes in at once, and the open one carries on.
+            await later.execute("SET lock_timeout = 100")
+            await later.execute(send, "sent during the detach", now)
+            await accept.execute(send, "in flight, second row", now)
+            assert not upkeep_run.done()  # its second step waits for the accept in flight...
+        report = await asyncio.wait_for(upkeep_run, 10)  # ...and ends once it has committed
+        assert {day, partitions.partition_name("engagement", OLD)} <= set(report.dropped)
+        assert await later.fetchval("SELECT count(*) FROM notifications") == 3
+    finally:
+        for conn in (upkeep, accept, later):
+            await conn.close()
 
 
 async def test_the_detach_gives_up_behind_a_long_reader_and_keeps_the_day(
