@@ -10,13 +10,16 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from clarion import status
+from clarion.pg import asyncpg_dsn
 from clarion.ports import free_port
 from clarion.settings import Settings
 from harness.services import ROOT, ApiServer, api_client, wait_until
+from schema.partitions import ensure_ahead
 from tests.conftest import METRICS_TOKEN, OPERATOR_TOKEN, Stack, TenantInfo, make_tenant
 from tests.fixtures.answers import scrape
 from tests.fixtures.delivery import wait_status
@@ -123,13 +126,21 @@ async def test_a_due_waiting_notification_reports_its_age(client: httpx.AsyncCli
 
 
 async def test_dead_notifications_show_as_the_dead_letter_queue(
-    api: ApiServer, client: httpx.AsyncClient, engine: Any
+    api: ApiServer, client: httpx.AsyncClient, engine: Any, database_url: str
 ) -> None:
     import sqlalchemy as sa
 
     later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()  # no worker touches it meanwhile
     otp = email_send(channel="sms", template="otp", data={"code": "1"}, send_at=later)
     nid = (await client.post("/v1/notifications", json=otp)).json()["id"]
+    # The log has no default partition: the day it moves to must be there (the days either side of
+    # it too, whichever side of midnight the database's now() falls).
+    raw = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        four_days_ago = (datetime.now(UTC) - timedelta(days=4)).date()
+        await ensure_ahead(raw, parent="notifications", today=four_days_ago, days_ahead=2)
+    finally:
+        await raw.close()
     async with engine.begin() as conn:  # as if its retries were exhausted days ago
         await conn.execute(
             sa.text(
