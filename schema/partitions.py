@@ -91,24 +91,15 @@ async def briefly(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) ->
     """``work`` in a transaction (a savepoint inside the caller's) that waits at most
     ``LOCK_TIMEOUT_MS`` for a lock, tried ``LOCK_TRIES`` times; raises
     ``asyncpg.LockNotAvailableError`` when no try got its locks, having changed nothing."""
-    started = time.perf_counter()
-    for attempt in range(LOCK_TRIES):
-        try:
-            async with conn.transaction():
-                await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
-                done = await work()
-                await conn.execute("SET LOCAL lock_timeout = DEFAULT")  # not for the caller's rest
-            if attempt:
-                log.info(
-                    "partition change done on try %d of %d, %.0f ms after the first",
-                    attempt + 1, LOCK_TRIES, (time.perf_counter() - started) * 1000,
-                )  # fmt: skip
-            return done
-        except asyncpg.LockNotAvailableError:
-            if attempt == LOCK_TRIES - 1:
-                raise
-            await asyncio.sleep(LOCK_PAUSE_S)
-    raise AssertionError("unreachable")
+
+    async def once() -> T:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+            done = await work()
+            await conn.execute("SET LOCAL lock_timeout = DEFAULT")  # not for the caller's rest
+        return done
+
+    return await _tried(once)
 
 
 async def briefly_alone(conn: asyncpg.Connection, work: Callable[[], Awaitable[T]]) -> T:
@@ -118,18 +109,28 @@ async def briefly_alone(conn: asyncpg.Connection, work: Callable[[], Awaitable[T
     done. Raises ``asyncpg.LockNotAvailableError`` when no try got its locks."""
     if conn.is_in_transaction():
         raise RuntimeError("briefly_alone needs a connection outside any transaction")
-    started = time.perf_counter()
-    for attempt in range(LOCK_TRIES):
+
+    async def once() -> T:
         await conn.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
         try:
-            done = await work()
+            return await work()
+        finally:
+            await conn.execute("RESET lock_timeout")
+
+    return await _tried(once)
+
+
+async def _tried(once: Callable[[], Awaitable[T]]) -> T:
+    """``once`` tried ``LOCK_TRIES`` times, ``LOCK_PAUSE_S`` apart, while it fails for want of a lock."""
+    started = time.perf_counter()
+    for attempt in range(LOCK_TRIES):
+        try:
+            done = await once()
         except asyncpg.LockNotAvailableError:
             if attempt == LOCK_TRIES - 1:
                 raise
             await asyncio.sleep(LOCK_PAUSE_S)
             continue
-        finally:
-            await conn.execute("RESET lock_timeout")
         if attempt:
             log.info(
                 "partition change done on try %d of %d, %.0f ms after the first",
