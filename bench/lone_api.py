@@ -38,8 +38,11 @@ class LoneApi:
 
 
 @asynccontextmanager
-async def lone_api(database_prefix: str) -> AsyncIterator[LoneApi]:
-    """The API up and answering ``/readyz``; everything stopped and the database dropped after."""
+async def lone_api(
+    database_prefix: str, *, extra_env: dict[str, str] | None = None
+) -> AsyncIterator[LoneApi]:
+    """The API up and answering ``/readyz`` (``extra_env`` added to its environment, e.g. provider
+    secrets); everything stopped and the database dropped after."""
     broker = TansuBroker()
     broker.start()
     url = await fresh_database(database_prefix)
@@ -50,7 +53,7 @@ async def lone_api(database_prefix: str) -> AsyncIterator[LoneApi]:
         settings = Settings(
             database_url=url, kafka_bootstrap=broker.bootstrap, api_port=free_port(), env="test"
         )
-        api = ClarionProcess(settings, "api")
+        api = ClarionProcess(settings, "api", extra_env=extra_env)
         api.start()
         api_url = f"http://127.0.0.1:{settings.api_port}"
 
