@@ -13,6 +13,7 @@ from api.accept_queue import AcceptQueue
 from api.accepted_counts import AcceptedCounts
 from api.allow import MethodCheck
 from api.auth import KeyCache
+from api.callback_gate import CallbackGate
 from api.engagement_gate import EngagementGate
 from api.engagement_models import DeviceEngagementIn, EngagementIn
 from api.errors import BodySizeLimit, install_error_handlers
@@ -73,6 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
             per_tenant=settings.search_concurrency_per_tenant, timeout_s=settings.search_timeout_s
         )
         app.state.engagement_gate = EngagementGate(pool_size=settings.db_pool_size)
+        app.state.callback_gate = CallbackGate.build(pool_size=settings.db_pool_size)
         app.state.preference_gate = PreferenceGate(pool_size=settings.db_pool_size)
         app.state.keyed_preference_gate = keyed_gate(
             pool_size=settings.db_pool_size, per_tenant=settings.preference_requests_per_tenant

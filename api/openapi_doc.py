@@ -82,8 +82,8 @@ EXTRA_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v1/rate-limits"): (409,),
     ("post", "/v1/keys/{key_id}/revoke"): (409,),
     ("get", "/v1/ops/cluster/queues"): (401, 404),
-    ("post", "/v1/webhooks/twilio/status"): (400, 403, 404, 422),
-    ("post", "/v1/webhooks/sendgrid/events"): (400, 403, 404, 413, 422),
+    ("post", "/v1/webhooks/twilio/status"): (400, 403, 404, 422, 429),  # api/callback_gate.py
+    ("post", "/v1/webhooks/sendgrid/events"): (400, 403, 404, 413, 422, 429),
     ("get", "/v1/categories/{name}"): (404,),
     ("get", "/v1/preferences"): (403, 404, 429),  # 429: preferences_busy (api/preference_gate.py)
     ("get", "/v1/users/{external_id}/preferences"): (429,),  # preferences_busy, the keyed gate

@@ -15,6 +15,7 @@ from uuid import UUID
 
 import asyncpg
 
+from api.callback_gate import LOCK_TIMEOUT_MS, SENDGRID, CallbackGate, callback_busy
 from api.engagement import clamp, count_recorded
 from api.errors import ApiError
 from api.sendgrid_signature import check_key, sendgrid_signature_valid
@@ -76,6 +77,10 @@ def _event_marker(event: dict[str, Any]) -> str | None:
 # notification's history, more are counted as ignored: a replayed or runaway batch cannot grow a
 # history, and every read of the notification, without bound.
 MAX_HISTORY_EVENTS = 50
+# SMTP replies run to a few hundred characters; past this a ``reason`` is cut, not stored whole:
+# it was kept as it came, so one event of a 4 MB batch could put megabytes in a history that every
+# read of the notification returns (50 of them: the history's cap, not its size).
+MAX_REASON_CHARS = 1000
 
 
 def _marker_in(detail: str) -> str | None:
@@ -94,7 +99,7 @@ def _event_detail(event: dict[str, Any], marker: str | None) -> str:
     kind = str(event["event"])
     facts = [f"type {event['type']}" if kind == "bounce" and event.get("type") else None]
     facts.append(str(event.get("reason") or event.get("response") or "") or None)
-    text = "; ".join(f for f in facts if f)
+    text = "; ".join(f for f in facts if f)[:MAX_REASON_CHARS]
     detail = f"sendgrid {kind}" + (f": {text}" if text else "") + (f" {marker}" if marker else "")
     return _storable(detail)
 
@@ -213,6 +218,7 @@ class _Batch:
 async def record_sendgrid_events(
     *,
     pool: asyncpg.Pool,
+    gate: CallbackGate,
     public_key: str | None,
     payload: bytes,
     signature: str | None,
@@ -222,8 +228,9 @@ async def record_sendgrid_events(
     notifications named by their ``notification_id`` custom arg, in one transaction.
 
     Raises ``ApiError`` 404 ``not_configured`` (no verification key), 403 ``invalid_signature``
-    (bad or missing signature, or a timestamp more than 10 minutes off: nothing is changed) or
-    400 ``malformed_json``.
+    (bad or missing signature, or a timestamp more than 10 minutes off: nothing is changed),
+    400 ``malformed_json`` or 429 ``callback_busy`` (no turn, or a notification's row held past its
+    wait: ``api.callback_gate``; nothing is changed, and SendGrid retries the batch).
     """
     if public_key is None:
         raise ApiError(404, "not_configured", "The SendGrid Event Webhook is not configured.")
@@ -254,14 +261,23 @@ async def record_sendgrid_events(
     if not wanted:
         return result
     now = datetime.now(UTC)
-    async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(_FIND_EMAILS, list(wanted), *created_window(wanted))
-        for row in rows:
-            batch.fold(row, wanted.pop(row["id"]), now)
-        if batch.ids:
-            await conn.execute(_APPEND_EMAILS, batch.ids, batch.added, *created_window(batch.ids))
-        await opt_out_all(conn, list(batch.opt_outs.values()))
-        recorded = await record_engagement(conn=conn, events=batch.engaged)
+    async with gate.sendgrid.turn(SENDGRID) as mine:
+        if not mine:
+            count_event("sendgrid", "-", "busy")
+            raise callback_busy()
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                rows = await conn.fetch(_FIND_EMAILS, list(wanted), *created_window(wanted))
+                for row in rows:
+                    batch.fold(row, wanted.pop(row["id"]), now)
+                if batch.ids:
+                    await conn.execute(_APPEND_EMAILS, batch.ids, batch.added, *created_window(batch.ids))
+                await opt_out_all(conn, list(batch.opt_outs.values()))
+                recorded = await record_engagement(conn=conn, events=batch.engaged)
+        except asyncpg.LockNotAvailableError:
+            count_event("sendgrid", "-", "busy")
+            raise callback_busy() from None
     count_recorded(recorded, "email")
     for r in recorded:
         only = _ENGAGEMENT_ONLY_EVENT.get(r.event.type)

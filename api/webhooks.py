@@ -41,10 +41,11 @@ from pydantic import BaseModel
 from starlette.datastructures import FormData, UploadFile
 from twilio.request_validator import RequestValidator
 
+from api.callback_gate import LOCK_TIMEOUT_MS, CallbackGate, callback_busy
 from api.engagement import count_recorded
 from api.errors import ApiError
 from clarion import metrics
-from core.engagement import EngagementEvent, record_engagement
+from core.engagement import EngagementEvent, Recorded, record_engagement
 from core.preferences import record_opt_outs
 from providers import twilio
 from schema.enums import EngagementType
@@ -91,15 +92,15 @@ async def opt_out_all(conn: asyncpg.Connection, opt_outs: Sequence[OptOut]) -> N
 
 # --- Twilio ---------------------------------------------------------------------------------------
 
-_FIND_SMS = """
+_READ_SMS = """
 SELECT n.id, n.tenant_id, n.created_at, n.user_id, n.history, u.phone
   FROM notifications n JOIN users u ON u.id = n.user_id
  WHERE n.channel = 'sms'
    AND CASE WHEN $2::uuid IS NULL THEN n.provider_message_id = $1
             ELSE n.id = $2::uuid AND coalesce(n.provider_message_id, $1) = $1 END
    AND n.created_at BETWEEN $3 AND $4
- FOR UPDATE OF n
 """
+_LOCK_SMS = _READ_SMS + " FOR UPDATE OF n"
 # With our id (the signed callback URL's), the days its UUIDv7 names: 3 partitions probed, not
 # every kept day (docs/partitioning.md, "Measured": 0.28 against 0.87 ms with 30 days). A report
 # naming only Twilio's sid probes each day's provider_message_id index.
@@ -141,11 +142,13 @@ def twilio_signature_valid(*, auth_token: str, url: str, params: FormData, signa
 
 
 MAX_TWILIO_FIELDS = 100
+MAX_SID_CHARS = 64  # Twilio's are 34 (SM or MM and 32 hex digits)
 
 
 async def record_twilio_status(
     *,
     pool: asyncpg.Pool,
+    gate: CallbackGate,
     auth_token: str | None,
     url: str,
     body: bytes,
@@ -157,7 +160,9 @@ async def record_twilio_status(
     has recorded the sid).
 
     Raises ``ApiError`` 404 ``not_configured`` (no auth token to verify with), 403
-    ``invalid_signature`` (nothing is changed) or 404 ``unknown_message`` (no SMS has that sid).
+    ``invalid_signature`` (nothing is changed), 400 ``invalid_callback`` (a sid longer than Twilio's),
+    404 ``unknown_message`` (no SMS has that sid) or 429 ``callback_busy`` (no turn, or the SMS's row
+    held past its wait: ``api.callback_gate``).
 
     What can be refused without the form is refused before it is parsed: the route is anonymous,
     and a 65 KB body of 16,250 fields took 13.8 ms of the event loop to parse (before the 404 of an
@@ -182,42 +187,75 @@ async def record_twilio_status(
     if not sid or status not in TWILIO_FINAL:
         count_event("twilio", status or "-", "ignored")
         return WebhookResult(ignored=1)
+    if len(sid) > MAX_SID_CHARS:
+        count_event("twilio", status, "rejected")
+        raise ApiError(400, "invalid_callback", f"A message sid is at most {MAX_SID_CHARS} characters.")
     code = str(form.get("ErrorCode") or "") or None
-    async with pool.acquire() as conn, conn.transaction():
-        window = created_window([notification_id]) if notification_id is not None else EVERY_DAY
-        row = await conn.fetchrow(_FIND_SMS, sid, notification_id, *window)
-        if row is None:
-            count_event("twilio", status, "unknown")
-            raise ApiError(404, "unknown_message", f"No SMS has the message sid {sid}.")
-        history = json.loads(row["history"]) if isinstance(row["history"], str) else row["history"]
-        if any(
-            h.get("status") in TWILIO_FINAL and str(h.get("detail") or "").startswith("twilio ")
-            for h in history
-        ):
-            count_event("twilio", status, "duplicate")
-            return WebhookResult(duplicate=1)
-        dead = code in TWILIO_DEAD_CODES and status != "delivered"
-        detail = f"twilio {sid}: {status}" + (f", ErrorCode {code}" if code else "")
-        if dead:
-            detail += f" ({TWILIO_DEAD_CODES[code or '']})"
-        transition = {"status": status, "at": now_iso(), "detail": detail}
-        await conn.execute(
-            _APPEND_SMS,
-            row["id"],
-            transition,  # the pool's jsonb codec encodes it
-            code if dead else None,
-            f"Twilio: {TWILIO_DEAD_CODES[code or '']} ({status})" if dead else None,
-            row["created_at"],
-        )
-        opt_out = (
-            status != "delivered"
-            and code in TWILIO_OPT_OUT_CODES
-            and row["phone"] is not None
-            and row["phone"] == form.get("To", row["phone"])
-        )
-        if opt_out:
-            await opt_out_all(conn, [OptOut(row["user_id"], "sms", "*")])
-        recorded = await record_engagement(conn=conn, events=_twilio_engagement(row, sid, status))
-    count_recorded(recorded, "sms")
-    count_event("twilio", status, "recorded")
-    return WebhookResult(recorded=1, opted_out=int(opt_out))
+    window = created_window([notification_id]) if notification_id is not None else EVERY_DAY
+    async with gate.twilio.turn(sid) as mine:
+        if not mine:
+            count_event("twilio", status, "busy")
+            raise callback_busy()
+        result = None
+        try:
+            async with pool.acquire() as conn:
+                # A report already recorded (a replay, or Twilio's repeat) is this one read: no lock.
+                row = await conn.fetchrow(_READ_SMS, sid, notification_id, *window)
+                if row is not None and not _reported(row):
+                    async with conn.transaction():
+                        await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                        row = await conn.fetchrow(_LOCK_SMS, sid, notification_id, *window)
+                        if row is not None and not _reported(row):
+                            result = await _record_sms(
+                                conn, row=row, form=form, sid=sid, status=status, code=code
+                            )
+        except asyncpg.LockNotAvailableError:
+            count_event("twilio", status, "busy")
+            raise callback_busy() from None
+    if result is not None:
+        count_recorded(result[1], "sms")
+        count_event("twilio", status, "recorded")
+        return result[0]
+    if row is None:
+        count_event("twilio", status, "unknown")
+        raise ApiError(404, "unknown_message", f"No SMS has the message sid {sid}.")
+    count_event("twilio", status, "duplicate")
+    return WebhookResult(duplicate=1)
+
+
+def _reported(row: asyncpg.Record) -> bool:
+    """Whether the SMS already has Twilio's final report (the first one is the one kept)."""
+    history = json.loads(row["history"]) if isinstance(row["history"], str) else row["history"]
+    return any(
+        h.get("status") in TWILIO_FINAL and str(h.get("detail") or "").startswith("twilio ") for h in history
+    )
+
+
+async def _record_sms(
+    conn: asyncpg.Connection, *, row: asyncpg.Record, form: FormData, sid: str, status: str, code: str | None
+) -> tuple[WebhookResult, list[Recorded]]:
+    """Record Twilio's final ``status`` on the SMS ``row`` (locked, not yet reported): what the
+    request did, and what engagement it recorded (counted once the transaction commits)."""
+    dead = code in TWILIO_DEAD_CODES and status != "delivered"
+    detail = f"twilio {sid}: {status}" + (f", ErrorCode {code}" if code else "")
+    if dead:
+        detail += f" ({TWILIO_DEAD_CODES[code or '']})"
+    transition = {"status": status, "at": now_iso(), "detail": detail}
+    await conn.execute(
+        _APPEND_SMS,
+        row["id"],
+        transition,  # the pool's jsonb codec encodes it
+        code if dead else None,
+        f"Twilio: {TWILIO_DEAD_CODES[code or '']} ({status})" if dead else None,
+        row["created_at"],
+    )
+    opt_out = (
+        status != "delivered"
+        and code in TWILIO_OPT_OUT_CODES
+        and row["phone"] is not None
+        and row["phone"] == form.get("To", row["phone"])
+    )
+    if opt_out:
+        await opt_out_all(conn, [OptOut(row["user_id"], "sms", "*")])
+    recorded = await record_engagement(conn=conn, events=_twilio_engagement(row, sid, status))
+    return WebhookResult(recorded=1, opted_out=int(opt_out)), recorded

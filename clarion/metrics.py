@@ -83,7 +83,8 @@ UNSUBSCRIBES = Counter(
 PROVIDER_WEBHOOK_EVENTS = Counter(
     "clarion_provider_webhook_events_total",
     "Provider delivery reports received (Twilio status callbacks, SendGrid events), by provider, "
-    "provider status/event and result (recorded, duplicate, ignored, unknown, rejected).",
+    "provider status/event and result (recorded, duplicate, ignored, unknown, rejected, busy: "
+    "refused with 429 callback_busy, a SendGrid batch counted once with event '-').",
     ["provider", "event", "result"],
 )
 WEBHOOK_CALLS = Counter(

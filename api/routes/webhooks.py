@@ -34,6 +34,7 @@ async def twilio_status(request: Request) -> WebhookResult:
         url += "?" + request.url.query
     return await record_twilio_status(
         pool=request.app.state.pool,
+        gate=request.app.state.callback_gate,
         auth_token=token.get_secret_value() if token is not None else None,
         url=url,
         body=await request.body() if token is not None else b"",
@@ -52,6 +53,7 @@ async def sendgrid_events(request: Request) -> WebhookResult:
     read = key is not None and signature is not None
     return await record_sendgrid_events(
         pool=request.app.state.pool,
+        gate=request.app.state.callback_gate,
         public_key=key,
         payload=await request.body() if read else b"",
         signature=signature,

@@ -12,7 +12,7 @@ from uuid import UUID
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.sendgrid_events import MAX_HISTORY_EVENTS
+from api.sendgrid_events import MAX_HISTORY_EVENTS, MAX_REASON_CHARS
 from harness.fakes.sendgrid import FakeSendGrid
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
@@ -176,3 +176,18 @@ async def test_one_notification_takes_at_most_its_share_of_provider_events(
     replay = (await hooks.events(flood[:5])).json()
     assert replay["duplicate"] == 5
     assert len(provider_transitions(await view(client, nid))) == MAX_HISTORY_EVENTS
+
+
+async def test_a_bounce_reason_of_megabytes_is_cut_in_the_history(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    reason = "550 " + "x" * 1_000_000
+    batch = [event(nid, "bounce", f"{external_id}@example.com", type="blocked", reason=reason)]
+
+    response = await hooks.events(batch)
+
+    assert response.status_code == 200 and response.json()["recorded"] == 1
+    detail = (await view(client, nid))["history"][-1]["detail"]
+    assert detail.startswith("sendgrid bounce: type blocked; 550 xxx")
+    assert len(detail) <= MAX_REASON_CHARS + 200  # the event's name and its replay marker
