@@ -161,8 +161,9 @@ LOG_DEFAULT_ROWS = Gauge(
 )
 LOG_PARTITIONS_ON_DEMAND = Counter(
     "clarion_log_partitions_created_on_demand_total",
-    "Writes that found their day of the log missing and had it created (clarion.missing_days), by "
-    "the table refused; above 0, the upkeep is not keeping days ahead.",
+    "Days of the log a write found missing and this process created (clarion.missing_days; a day "
+    "another writer made first is not counted), by the table refused; above 0, the upkeep is not "
+    "keeping days ahead.",
     ["table"],
 )
 LOG_MAINTENANCE_RUN = Gauge(

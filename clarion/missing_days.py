@@ -7,7 +7,9 @@ week ahead (``clarion.log_maintenance``); when it has not (stopped for a week, a
 the writer's transaction is rolled back whole, :func:`create_missing_day` creates that day for
 every log table (as the upkeep would: ``schema.partitions.ensure_ahead``, safe under concurrent
 creators, each waiting at most ``LOCK_TIMEOUT_MS`` per try), and the writer tries once more.
-Each creation is counted (``clarion_log_partitions_created_on_demand_total``) and logged.
+Each day this process created is counted (``clarion_log_partitions_created_on_demand_total``; a
+refusal whose day another writer or the upkeep made first is not: the metric counted every
+refusal, so a burst of sends on a missing day read as that many days) and each refusal logged.
 
 Errors: :func:`missing_day` returns ``None`` for any other error; :func:`create_missing_day`
 passes asyncpg's errors through (``asyncpg.LockNotAvailableError`` when no try got the parent's
@@ -70,7 +72,8 @@ async def create_missing_day(*, conn: asyncpg.Connection, missing: MissingDay) -
             conn, parent=table.name, today=day, days_ahead=0, fillfactor=table.fillfactor,
             span_days=table.span_days, default_partition=table.default_partition,
         )  # fmt: skip
-    metrics.LOG_PARTITIONS_ON_DEMAND.labels(missing.parent).inc()
+    if created:  # a day found made meanwhile is another writer's (it counted it) or the upkeep's
+        metrics.LOG_PARTITIONS_ON_DEMAND.labels(missing.parent).inc()
     log.warning(
         "a write to %s found no partition for %s: created %s on demand (is the log's upkeep running?)",
         missing.parent, day, ", ".join(created) or "nothing (made meanwhile)",
