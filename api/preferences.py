@@ -197,14 +197,27 @@ async def set_preferences(
     Nothing is written when an entry opts out of a required category (``422 category_required``).
     """
     async with engine.begin() as conn:
-        await _refuse_required_opt_outs(conn, tenant_id, entries)
-        await one_at_a_time(conn, kind="preferences", key=str(user_id))  # one writer: the counts are exact
-        if replace:  # the set becomes the entries, at most 500: under the cap, nothing to count
-            await conn.execute(_prefs.delete().where(_prefs.c.user_id == user_id))
-            await _upsert(conn, user_id, entries)
-        else:
-            await _merge(conn, user_id, entries, capped=capped)
-        return await _preferences_out(conn, tenant_id=tenant_id, user_id=user_id)
+        return await _store(conn, tenant_id, user_id, entries, replace=replace, capped=capped)
+
+
+async def _store(
+    conn: AsyncConnection,
+    tenant_id: str,
+    user_id: UUID,
+    entries: list[PreferenceIn],
+    *,
+    replace: bool,
+    capped: bool,
+) -> PreferencesOut:
+    """:func:`set_preferences` in ``conn``'s transaction."""
+    await _refuse_required_opt_outs(conn, tenant_id, entries)
+    await one_at_a_time(conn, kind="preferences", key=str(user_id))  # one writer: the counts are exact
+    if replace:  # the set becomes the entries, at most 500: under the cap, nothing to count
+        await conn.execute(_prefs.delete().where(_prefs.c.user_id == user_id))
+        await _upsert(conn, user_id, entries)
+    else:
+        await _merge(conn, user_id, entries, capped=capped)
+    return await _preferences_out(conn, tenant_id=tenant_id, user_id=user_id)
 
 
 async def unsubscribe(*, engine: AsyncEngine, tenant_id: str, user_id: UUID, category: str) -> bool:
@@ -251,22 +264,21 @@ def _unsubscribed(tenant_id: str, user_id: UUID, category: str) -> sa.Select[Any
 # --- by external id (service side) -----------------------------------------------------------------
 
 
-async def _internal_id(engine: AsyncEngine, tenant_id: str, external_id: str) -> UUID:
-    async with engine.connect() as conn:
-        return await user_id_for(conn, tenant_id=tenant_id, external_id=external_id)
+# One checkout for the user's lookup and the work: two queued for the pool twice, each while the
+# request held its tenant's turn (``api.preference_gate``).
 
 
 async def user_preferences(*, engine: AsyncEngine, tenant_id: str, external_id: str) -> PreferencesOut:
     """:func:`get_preferences` for a user named by external id (404 ``unknown_user``)."""
-    user_id = await _internal_id(engine, tenant_id, external_id)
-    return await get_preferences(engine=engine, tenant_id=tenant_id, user_id=user_id)
+    async with engine.connect() as conn:
+        user_id = await user_id_for(conn, tenant_id=tenant_id, external_id=external_id)
+        return await _preferences_out(conn, tenant_id=tenant_id, user_id=user_id)
 
 
 async def replace_user_preferences(
     *, engine: AsyncEngine, tenant_id: str, external_id: str, entries: list[PreferenceIn]
 ) -> PreferencesOut:
     """Make ``entries`` the user's whole set of choices (see :func:`set_preferences`)."""
-    user_id = await _internal_id(engine, tenant_id, external_id)
-    return await set_preferences(
-        engine=engine, tenant_id=tenant_id, user_id=user_id, entries=entries, replace=True
-    )
+    async with engine.begin() as conn:
+        user_id = await user_id_for(conn, tenant_id=tenant_id, external_id=external_id)
+        return await _store(conn, tenant_id, user_id, entries, replace=True, capped=True)
