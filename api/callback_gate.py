@@ -3,29 +3,30 @@ callbacks (``api.webhooks``) and SendGrid's Event Webhook batches (``api.sendgri
 
 They carry no API key and name no tenant before the database says whose notification they are
 about, and a Twilio callback carries no timestamp: one captured (a proxy's log) verifies forever,
-so anyone holding one can replay it in a loop. Before (2026-11-30, ``python -m
-bench.provider_callbacks``, 40 loops in a process of their own): every callback took a pooled
-connection and then waited on its notification's row lock (``FOR UPDATE``), and the loops took the
-pool; another tenant's accept p99 went from 43 ms (40 loops of a keyed ``GET /v1/users/{id}``,
-the control) to 451 ms under one replayed Twilio callback, and to 7.2 s (2 accepts in 6 s) under
-a batch of 200 SendGrid events about one email, or of 2,000 events about 2,000 emails.
+so anyone holding one can replay it in a loop. Before (2026-11-29, ``python -m
+bench.provider_callbacks``, 40 loops in a process of their own, two runs): every callback took a
+pooled connection and then waited on its notification's row lock (``FOR UPDATE``), and the loops
+took the pool; another tenant's accept p99 under 40 loops of a keyed ``GET /v1/users/{id}`` (the
+control) was 43 and 261 ms, and 451 and 294 ms under one replayed Twilio callback, 7.2 and 9.6 s
+(2 accepts in 6 s) under a batch of 200 SendGrid events about one email, 7.1 and 5.8 s under one
+of 2,000 events about 2,000 emails.
 
 So, after the signature is verified and before a connection is taken:
 
 - a Twilio callback takes a turn of its message sid: one per sid at once in one API process, and
   at most a quarter of the pool for all of them (``api.tenant_turns``, keyed by sid, not by
-  tenant); it waits up to ``TWILIO_WAIT_S`` (Twilio does not retry a refused callback unless the
-  URL asks it to, docs/providers.md 3.5, so a burst of real ones queues), and a repeat of a
+  tenant); it waits up to ``TWILIO_WAIT_S`` (Twilio retries a refused callback only when its URL
+  asks it to, with a connection override, so a burst of real ones queues), and a repeat of a
   report already recorded is one read, with no lock;
 - a SendGrid batch takes one of ``SENDGRID_AT_ONCE`` turns (a quarter of the pool at most),
   waiting up to ``SENDGRID_WAIT_S``: SendGrid retries a refused batch, and a retried one is
   recorded once (its events' ``sg_event_id``);
 - each then waits at most ``LOCK_TIMEOUT_MS`` for a notification's row.
 
-Past either: ``429 callback_busy`` with ``Retry-After: 1``, nothing changed. After, the same probe
-(one run, the machine busier: the control's p99 254 ms): 35 ms under the Twilio replays (all
-answered, 439 a second), 47 ms under the batches about one email and 221 ms under the wide ones
-(most refused as busy: each wide batch is 2,000 engagement upserts, one statement each).
+Past either: ``429 callback_busy`` with ``Retry-After: 1``, nothing changed. After, the same
+probe (two runs, the control 254 and 141 ms): 35 and 21 ms under the Twilio replays (all answered, 439 and 717 a second),
+47 and 23 ms under the batches about one email, 221 and 111 ms under the wide ones (about half of
+the batches refused as busy: a first wide batch is 2,000 engagement upserts, a statement each).
 """
 
 from __future__ import annotations
