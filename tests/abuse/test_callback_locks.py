@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
+from uuid import UUID
 
 import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.sendgrid_events import CHUNK_EVENTS, MAX_HISTORY_EVENTS
 from harness.services import api_client, wait_until
 from tests.conftest import TenantInfo, make_tenant
 from tests.fixtures.hooked_api import hooks_fixture, provider_transitions  # noqa: F401 - hooks
@@ -135,3 +137,26 @@ async def test_sendgrid_batches_queued_on_a_held_email_leave_the_pool_to_another
     assert sent == 202
     assert {r.status_code for r in answers} <= {200, 429}
     assert provider_transitions(await view(client, nid)).count("deferred") <= 1
+
+
+async def test_a_big_batch_holds_its_emails_a_chunk_at_a_time(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """The emails of a batch's first ``CHUNK_EVENTS`` events are recorded, and free, before a
+    later one's row is waited for: a batch refused part way keeps them, and its retry records the
+    rest once."""
+    first, first_user = await sent_notification(engine, tenant, channel="email")
+    later, later_user = await sent_notification(engine, tenant, channel="email")
+    if UUID(first) > UUID(later):  # chunks take the emails in id order
+        (first, first_user), (later, later_user) = (later, later_user), (first, first_user)
+    batch = [event(first, "deferred", f"{first_user}@example.com") for _ in range(CHUNK_EVENTS)]
+    batch.append(event(later, "delivered", f"{later_user}@example.com"))
+
+    async with held(engine, later):
+        assert_busy(await hooks.events(batch))
+        recorded_meanwhile = provider_transitions(await view(client, first))
+    retried = (await hooks.events(batch)).json()
+
+    assert recorded_meanwhile == ["deferred"] * MAX_HISTORY_EVENTS
+    assert (retried["recorded"], retried["duplicate"]) == (1, MAX_HISTORY_EVENTS)
+    assert provider_transitions(await view(client, later)) == ["delivered"]

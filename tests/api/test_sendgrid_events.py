@@ -13,6 +13,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.sendgrid_events import MAX_HISTORY_EVENTS, MAX_REASON_CHARS
+from core.engagement import MAX_COUNTED
 from harness.fakes.sendgrid import FakeSendGrid
 from tests.conftest import TenantInfo
 from tests.fixtures.answers import assert_error
@@ -191,3 +192,16 @@ async def test_a_bounce_reason_of_megabytes_is_cut_in_the_history(
     detail = (await view(client, nid))["history"][-1]["detail"]
     assert detail.startswith("sendgrid bounce: type blocked; 550 xxx")
     assert len(detail) <= MAX_REASON_CHARS + 200  # the event's name and its replay marker
+
+
+async def test_opens_past_what_the_engagement_row_counts_are_ignored_without_a_write_each(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    opens = [event(nid, "open", f"{external_id}@example.com") for _ in range(3 * MAX_COUNTED)]
+
+    answer = (await hooks.events(opens)).json()
+
+    assert (answer["recorded"], answer["ignored"], answer["duplicate"]) == (MAX_COUNTED, 2 * MAX_COUNTED, 0)
+    opened = [e for e in (await view(client, nid))["engagement"] if e["type"] == "opened"]
+    assert [e["count"] for e in opened] == [MAX_COUNTED]
