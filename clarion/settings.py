@@ -8,9 +8,19 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from clarion.retry_settings import RetrySettings
+from core.ssrf import LOOKUP_TIMEOUT_S
 from providers.settings import ProvidersSettings
 
 PLACEHOLDER_SECRET = "dev-insecure-secret-change-me"
+# What a webhook lease holds beyond its call's lookup and time limit: recording the result, and an
+# event loop slowed by a loaded machine.
+WEBHOOK_LEASE_MARGIN_S = 5.0
+
+
+def webhook_lease_floor_s(timeout_s: float) -> float:
+    """The shortest lease under which a live ``clarion webhooks`` call of ``timeout_s`` is not
+    taken by another claim mid-call (the host's lookup, the call, the margin)."""
+    return LOOKUP_TIMEOUT_S + timeout_s + WEBHOOK_LEASE_MARGIN_S
 
 
 class Settings(BaseSettings):
@@ -278,7 +288,7 @@ class Settings(BaseSettings):
     webhook_lease_s: float = Field(
         default=60.0,
         gt=0,
-        description="How long a webhooks process holds a claimed delivery before another may send it (a process killed mid-delivery loses nothing, the receiver may see it twice).",
+        description="How long a webhooks process holds a claimed delivery before another may send it (a process killed mid-delivery loses nothing, the receiver may see it twice); at least CLARION_WEBHOOK_TIMEOUT_S + 7 s (the host's lookup and a margin), else a call still running would be sent again.",
     )
     webhook_disable_after_failures: int = Field(
         default=50,
@@ -339,6 +349,17 @@ class Settings(BaseSettings):
             )
         if any(k.get_secret_value().strip() in ("", PLACEHOLDER_SECRET) for k in self.previous_secret_keys):
             raise ValueError("CLARION_PREVIOUS_SECRET_KEYS may not hold an empty or placeholder secret")
+        return self
+
+    @model_validator(mode="after")
+    def _webhook_lease_outlasts_a_call(self) -> Settings:
+        floor = webhook_lease_floor_s(self.webhook_timeout_s)
+        if self.webhook_lease_s < floor:
+            raise ValueError(
+                f"CLARION_WEBHOOK_LEASE_S ({self.webhook_lease_s:g}) must be at least "
+                f"CLARION_WEBHOOK_TIMEOUT_S + {floor - self.webhook_timeout_s:g} s ({floor:g}): a shorter "
+                "lease ends while calls are still running, and they are sent again"
+            )
         return self
 
     @model_validator(mode="after")

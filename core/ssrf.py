@@ -174,11 +174,14 @@ _IETF_PROTOCOL_V4 = ipaddress.ip_network("192.0.0.0/24")
 _GLOBAL_ANYCAST_V4 = (ipaddress.ip_address("192.0.0.9"), ipaddress.ip_address("192.0.0.10"))
 
 
+LOOKUP_TIMEOUT_S = 2.0  # a host name's lookup, at most, before ``resolve`` gives up on it
+
+
 async def resolve(
     url: str | WebhookUrl,
     *,
     allow: AllowList,
-    timeout_s: float = 2.0,
+    timeout_s: float = LOOKUP_TIMEOUT_S,
     resolver: Resolver | None = None,
     key: str = "",
 ) -> Resolved:

@@ -76,3 +76,17 @@ def test_a_production_command_without_a_secret_ends_with_one_line_and_no_traceba
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "CLARION_SECRET_KEY" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_webhook_lease_that_a_call_could_outlive_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease ending while its call still runs would make another claim send a live call again:
+    the call's limit plus the host's lookup (2 s) plus a 5 s margin, at least."""
+    monkeypatch.setenv("CLARION_WEBHOOK_TIMEOUT_S", "90")
+    with pytest.raises(ValueError, match=r"CLARION_WEBHOOK_LEASE_S \(60\) must be at least .*\(97\)"):
+        Settings(env="test")  # the default lease, 60 s
+    monkeypatch.setenv("CLARION_WEBHOOK_LEASE_S", "97")
+    assert Settings(env="test").webhook_lease_s == 97
+    monkeypatch.setenv("CLARION_WEBHOOK_TIMEOUT_S", "10")
+    monkeypatch.setenv("CLARION_WEBHOOK_LEASE_S", "16.5")
+    with pytest.raises(ValueError, match="CLARION_WEBHOOK_TIMEOUT_S"):
+        Settings(env="test")

@@ -19,8 +19,8 @@ from tests.fixtures.webhooks import allow_local, emit, register
 EVENTS = 30
 SENDER_ENV = {
     "CLARION_WEBHOOK_ALLOW_HOSTS": "127.0.0.1",
-    "CLARION_WEBHOOK_LEASE_S": "2",
-    "CLARION_WEBHOOK_TIMEOUT_S": "60",  # the held call is still in flight when the process dies
+    "CLARION_WEBHOOK_LEASE_S": "10",  # the shortest a 3 s call allows (clarion.settings)
+    "CLARION_WEBHOOK_TIMEOUT_S": "3",  # the held call is still in flight when the process dies
     "CLARION_WEBHOOK_RETRY_BASE_S": "0.2",
     "CLARION_WEBHOOK_POLL_INTERVAL_S": "0.1",
     "CLARION_WEBHOOK_CONCURRENCY": "4",
