@@ -81,7 +81,14 @@ class DeliveryOut(BaseModel):
     created_at: datetime
 
 
-_ENDPOINT = sa.text("SELECT enabled, event_types FROM webhook_endpoints WHERE id = :e AND tenant_id = :t")
+# ``FOR KEY SHARE``, as an enqueue holds it (``core.webhook_events``): Clarion's disabling of the
+# endpoint after a failure streak (``workers.webhook_record.park_queued``) waits for this replay to
+# commit and parks what it queued, or this replay waits for that and finds the endpoint disabled.
+# Before, a replay that read the endpoint enabled queued its events after the disable had parked
+# (all due for a disabled endpoint). The tenant's own disable needs no row lock: ``hold_replays``.
+_ENDPOINT = sa.text(
+    "SELECT enabled, event_types FROM webhook_endpoints WHERE id = :e AND tenant_id = :t FOR KEY SHARE"
+)
 # Both read ix_webhook_deliveries_pending_endpoint (pending rows only, migration 0013).
 _PENDING_REPLAYS = sa.text(
     """

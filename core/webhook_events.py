@@ -76,8 +76,9 @@ SELECT gen_random_uuid(), e.id, ev.tenant_id, ev.id, ev.type, ev.body
    FOR KEY SHARE OF e
 """
 # ``FOR KEY SHARE`` (what a foreign key check takes; no other writer of the endpoint waits for it)
-# holds the endpoint until this transaction commits, for ``lock_endpoint``: disabling or deleting
-# an endpoint waits for the deliveries being queued to it, so its park or cancel sees them. Before,
+# holds the endpoint until this transaction commits, for ``LOCK_ENDPOINT``: disabling (by the tenant
+# or by Clarion after a failure streak) or deleting an endpoint waits for the deliveries being
+# queued to it, so its park or cancel sees them. Before,
 # those committed just after it stayed due for an endpoint disabled or gone, which every claim of
 # ``clarion webhooks`` then read past.
 LOCK_ENDPOINT = "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE"

@@ -5,7 +5,8 @@
   Retry-After), or is ``failed`` after ``max_attempts`` calls; the endpoint's streak grows, and
   once it holds ``disable_after_failures`` calls over at least ``disable_after_s`` of failing, the
   endpoint is disabled with the reason stored (``GET /v1/webhook-endpoints/{id}`` shows it) and
-  its pending deliveries are parked until it is enabled again.
+  its pending deliveries are parked until it is enabled again, those being queued to it in that
+  instant too (``park_queued``).
 - deferred (the endpoint's breaker is open, no call made): the delivery waits until the breaker
   lets a call through, and the claim's attempt is given back.
 
@@ -18,10 +19,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 import asyncpg
 
-from core.webhook_events import PARK_PENDING, PARKED_AT
+from core.webhook_events import LOCK_ENDPOINT, PARK_PENDING, PARKED_AT
 from workers.record import storable
 from workers.webhook_claim import ClaimedDelivery
 from workers.webhook_send import CallResult
@@ -55,7 +57,7 @@ WITH judged AS (
     SELECT id, failure_streak + 1 AS streak, coalesce(failing_since, now()) AS since,
            enabled AND failure_streak + 1 >= $2
              AND coalesce(failing_since, now()) <= now() - make_interval(secs => $3) AS disable
-      FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE  -- never waits for an enqueue's key share
+      FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE  -- waits for no enqueue (but park_queued)
 )
 UPDATE webhook_endpoints e
    SET failure_streak = j.streak,
@@ -110,8 +112,20 @@ async def record_result(
             error or "unknown error",
         )
         if disabled:
-            await conn.execute(PARK_PENDING, delivery.endpoint_id)
+            await park_queued(conn, endpoint_id=delivery.endpoint_id)
         return bool(disabled)
+
+
+async def park_queued(conn: asyncpg.Connection, *, endpoint_id: UUID) -> None:
+    """Park the endpoint's pending deliveries, those being queued to it now included, as the
+    tenant's disable does (``api.webhook_endpoints._settle_pending``): the backlog first, then the
+    endpoint ``FOR UPDATE`` (``LOCK_ENDPOINT``: it waits for every enqueue and replay holding it
+    ``FOR KEY SHARE``, and those after it see it disabled and queue nothing), then what they queued.
+    Before, the failure that disabled the endpoint parked only what had committed: deliveries a
+    worker's record was queueing to it in that instant stayed due for a disabled endpoint."""
+    await conn.execute(PARK_PENDING, endpoint_id)
+    await conn.execute(LOCK_ENDPOINT, endpoint_id)
+    await conn.execute(PARK_PENDING, endpoint_id)
 
 
 async def record_deferred(*, pool: asyncpg.Pool, delivery: ClaimedDelivery, until: datetime) -> None:

@@ -18,7 +18,9 @@ times, took another tenant's ``PUT /v1/users`` p99 from 25 ms to 6.4 s (a helper
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 import httpx
@@ -60,7 +62,7 @@ async def _waiting(engine: AsyncEngine, kind: str, at_least: int = 1) -> bool:
         return int((await conn.execute(sa.text(WAITING), {"kind": kind})).scalar_one()) >= at_least
 
 
-async def _done_or_waiting(engine: AsyncEngine, task: asyncio.Task[httpx.Response]) -> bool:
+async def _done_or_waiting(engine: AsyncEngine, task: asyncio.Task[Any]) -> bool:
     """The request ended, or it waits on a row lock (a tuple or a transaction id)."""
     return task.done() or await _waiting(engine, "transactionid") or await _waiting(engine, "tuple")
 
@@ -186,3 +188,85 @@ async def _tenants_with_pending(pool: asyncpg.Pool, *, but: str) -> list[str]:
         "SELECT DISTINCT tenant_id FROM webhook_deliveries WHERE state = 'pending' AND tenant_id <> $1", but
     )
     return [r["tenant_id"] for r in rows]
+
+
+async def test_events_queued_as_clarion_disables_the_endpoint_are_parked(
+    settings: Settings, local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    """Clarion's own disabling (the failure streak, ``workers/webhook_record.py``) waits for the
+    deliveries being queued to the endpoint, as the tenant's does. Before, it took the endpoint
+    ``FOR NO KEY UPDATE``, which an enqueue's ``FOR KEY SHARE`` never waits for nor holds off:
+    what a worker's record was queueing meanwhile committed due for a disabled endpoint."""
+    endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
+    async with engine.begin() as conn:
+        await _enqueue(conn, tenant.id)
+    policy = replace(fast(settings).policy, disable_after_failures=1, disable_after_s=0.0)
+    pool = await create_pool(settings.database_url, size=2)
+    try:
+        others = {t: 1_000 for t in await _tenants_with_pending(pool, but=tenant.id)}
+        [failing, *_] = await claim(pool=pool, limit=20, lease_s=60, per_tenant=20, busy=others)
+        async with engine.connect() as conn:
+            transaction = await conn.begin()
+            await _enqueue(conn, tenant.id)  # queued to the endpoint, not committed yet
+            failed = CallResult(ok=False, status=500, error="answered HTTP 500")
+            recorded = asyncio.create_task(
+                record_result(pool=pool, delivery=failing, result=failed, policy=policy)
+            )
+            await wait_until(lambda: _done_or_waiting(engine, recorded), 15, 0.01)
+            await transaction.commit()
+        assert await recorded is True  # this failure disabled the endpoint
+    finally:
+        await pool.close()
+    body = (await local.get(f"/v1/webhook-endpoints/{endpoint['id']}")).json()
+    assert body["enabled"] is False and "1 consecutive failed" in body["disabled_reason"]
+    assert await _due(engine, endpoint["id"]) == 0
+
+
+# The replay's statement waiting for webhook_events (its CTE reads the events to queue).
+REPLAY_WAITING = """
+SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE NOT l.granted AND l.locktype = 'relation' AND a.datname = current_database()
+   AND a.query LIKE '%WITH candidates AS%'
+"""
+
+
+async def test_a_replay_in_flight_as_clarion_disables_the_endpoint_ends_parked(
+    settings: Settings, local: httpx.AsyncClient, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    """A replay reads its endpoint ``FOR KEY SHARE``: Clarion's disable waits for it to commit, then
+    parks what it queued. Before, a replay that had read the endpoint enabled queued its events
+    (up to 10,000) after the disable had parked, all due for a disabled endpoint."""
+    endpoint = await register(local, "http://127.0.0.1:9/hooks", OPENED)
+    path = f"/v1/webhook-endpoints/{endpoint['id']}"
+    async with engine.begin() as conn:
+        await _enqueue(conn, tenant.id)
+    await log_events(engine, tenant.id, 50)
+    policy = replace(fast(settings).policy, disable_after_failures=1, disable_after_s=0.0)
+    pool = await create_pool(settings.database_url, size=2)
+    try:
+        others = {t: 1_000 for t in await _tenants_with_pending(pool, but=tenant.id)}
+        [failing, *_] = await claim(pool=pool, limit=20, lease_s=60, per_tenant=20, busy=others)
+        async with engine.connect() as holder:
+            transaction = await holder.begin()
+            # The replay stops once it has read its endpoint, where it reads the events to queue.
+            await holder.execute(sa.text("LOCK TABLE webhook_events IN ACCESS EXCLUSIVE MODE"))
+            replayed = asyncio.create_task(local.post(f"{path}/replay", json={"since": SINCE}))
+            await wait_until(lambda: replayed.done() or _counted(engine, REPLAY_WAITING), 15, 0.01)
+            failed = CallResult(ok=False, status=500, error="answered HTTP 500")
+            recorded = asyncio.create_task(
+                record_result(pool=pool, delivery=failing, result=failed, policy=policy)
+            )
+            await wait_until(lambda: _done_or_waiting(engine, recorded), 15, 0.01)
+            await transaction.commit()
+        answer = await replayed
+        assert await recorded is True
+    finally:
+        await pool.close()
+    assert answer.status_code == 202 and answer.json()["replayed"] == 50, answer.text
+    assert (await local.get(path)).json()["enabled"] is False
+    assert await _due(engine, endpoint["id"]) == 0
+
+
+async def _counted(engine: AsyncEngine, sql: str) -> bool:
+    async with engine.connect() as conn:
+        return int((await conn.execute(sa.text(sql))).scalar_one()) > 0
