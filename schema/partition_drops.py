@@ -1,5 +1,12 @@
 """Dropping whole expired partitions: detach each, then drop it on its own.
 
+The two are separate steps (:func:`detach_expired`, :func:`detach_followers`; then
+:func:`drop_leftovers` or :func:`drop_detached`) so that a caller can space them apart: the
+``DROP`` is what the sends feel (its commit truncates the day's files, and the sends' commits wait
+behind it), so ``clarion.log_maintenance`` detaches every expired day first and then drops them
+one at a time with a pause between. :func:`drop_expired` and :func:`drop_followers` do both back to
+back, for callers that need no pacing (the webhook deliveries' retention).
+
 A table without a default partition (the ones the accept writes) is detached ``CONCURRENTLY``: the
 parent is held only in SHARE UPDATE EXCLUSIVE, which no insert, update or read conflicts with, so
 sends are neither queued behind the detach nor waited for while it holds the parent; PostgreSQL
@@ -21,7 +28,7 @@ What a stopped run leaves, and who finishes it:
   no partition of the leader covers it, so a stop between the two leaves the leader's day gone and
   the follower's still there (and found by the next run), never the other way round.
 
-Each drop is logged with the time its detach (the parent's lock) and its drop took.
+Each detach (the parent's lock) and each drop is logged with the time it took.
 
 Errors: ``ValueError`` for a retention under one day; ``asyncpg.LockNotAvailableError`` when no
 try got the parent's lock (a table with a default: nothing changed; ``CONCURRENTLY``: the day may be
@@ -34,7 +41,7 @@ import datetime as dt
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import asyncpg
@@ -53,6 +60,11 @@ from schema.partitions import (
 log = logging.getLogger(__name__)
 
 _DAY = dt.timedelta(days=1)
+Pause = Callable[[], Awaitable[None]]  # awaited before each detach: the upkeep's pacing
+
+
+async def _no_pause() -> None:
+    return None
 
 
 async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> list[str]:
@@ -110,12 +122,30 @@ async def _drop_detached(conn: asyncpg.Connection, names: list[str]) -> None:
     """``DROP TABLE`` each detached day on its own: the commit that unlinks a day's files (0.3 s
     for 0.56 GB, docs/partitioning.md) then holds only that table's lock, never the parent's."""
     for name in names:
-        await conn.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+        await drop_detached(conn, name=name)
+
+
+async def drop_detached(conn: asyncpg.Connection, *, name: str) -> str:
+    """``DROP TABLE`` one detached day, logged with the time it took; returns its name. The cost is
+    the unlink: the kernel truncates the day's files at the commit (44 ms in ``truncate`` for a
+    141 MB day, strace, 2026-11-29), and the WAL commits of the sends wait behind it."""
+    started = time.perf_counter()
+    await conn.execute(f"DROP TABLE IF EXISTS {ident(name)}")
+    log.info("dropped %s in %.0f ms", name, (time.perf_counter() - started) * 1000)
+    return name
+
+
+async def detached_leftovers(
+    conn: asyncpg.Connection, *, parent: str, today: dt.date, retention_days: int
+) -> list[str]:
+    """Day tables of ``parent`` past retention that are detached but still there: detached by
+    :func:`detach_expired` or :func:`detach_followers` for a later drop, or by a run that stopped
+    between its detach and its drop. Oldest first."""
+    return await _orphans(conn, parent=parent, cutoff=today - retention_days * _DAY)
 
 
 async def _orphans(conn: asyncpg.Connection, *, parent: str, cutoff: dt.date) -> list[str]:
-    """Day tables of ``parent`` before ``cutoff`` that are detached but still there (a run that
-    stopped between its detach and its drop)."""
+    """Day tables of ``parent`` before ``cutoff`` that are detached but still there."""
     rows = await conn.fetch(
         "SELECT relname FROM pg_class WHERE relname LIKE $1 AND relkind = 'r' AND NOT relispartition"
         " AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $2::regclass)",
@@ -139,70 +169,99 @@ async def drop_expired(
     retention_days: int,
     live_filter: str | Callable[[DayRange], str] | None = None,
 ) -> list[str]:
-    """Drop each partition wholly older than ``today - retention_days`` (its last day before it);
+    """:func:`detach_expired`, then the ``DROP`` of every detached day past retention
+    (:func:`drop_leftovers`), back to back; returns the names dropped."""
+    await detach_expired(
+        conn, parent=parent, today=today, retention_days=retention_days, live_filter=live_filter
+    )
+    return await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
+
+
+async def detach_expired(
+    conn: asyncpg.Connection,
+    *,
+    parent: str,
+    today: dt.date,
+    retention_days: int,
+    live_filter: str | Callable[[DayRange], str] | None = None,
+    pause: Pause = _no_pause,
+) -> list[str]:
+    """Detach each partition wholly older than ``today - retention_days`` (its last day before it);
     return the names.
 
     ``live_filter`` is a SQL condition on the partition's rows (e.g. ``status = ANY(...)`` for
     non-terminal notifications), or a function of the partition's days giving one: a partition
     holding any such row is kept whole, so a send scheduled a month out is never lost; it goes on a
-    later run once its rows are terminal. Dropping is a detach (see the module docstring) then a
-    ``DROP`` of the detached table on its own: no row-by-row DELETE, no vacuum afterwards. A day
-    left detach pending or detached by an earlier run that stopped half-way goes too. Without a
-    default partition the caller must not hold a transaction open (``CONCURRENTLY``).
+    later run once its rows are terminal. A day left detach pending by an earlier run is finished
+    too. The detached tables are left for :func:`drop_leftovers` (or :func:`drop_detached`): no
+    row-by-row DELETE, no vacuum afterwards. ``pause`` is awaited before each detach (the upkeep
+    spreads its steps apart). Without a default partition the caller must not hold a transaction
+    open (``CONCURRENTLY``).
     """
     if retention_days < 1:
         raise ValueError("retention_days must be at least 1")
     cutoff = today - retention_days * _DAY
-    dropped: list[str] = []
+    detached: list[str] = []
     for name in await pending_detaches(conn, parent=parent):
-        dropped += await _detach_and_drop(conn, parent=parent, name=name)
+        await pause()
+        detached.append(await _timed_detach(conn, parent=parent, name=name))
     for name, days in await existing_ranges(conn, parent=parent):
         if days.end > cutoff:
             break
         live = live_filter(days) if callable(live_filter) else live_filter
         if live is not None and await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {name} WHERE {live})"):
             continue
-        dropped += await _detach_and_drop(conn, parent=parent, name=name)
-    return dropped + await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
+        await pause()
+        detached.append(await _timed_detach(conn, parent=parent, name=name))
+    return detached
 
 
-async def _detach_and_drop(conn: asyncpg.Connection, *, parent: str, name: str) -> list[str]:
+async def _timed_detach(conn: asyncpg.Connection, *, parent: str, name: str) -> str:
     started = time.perf_counter()
     await _detach(conn, parent=parent, name=name)
-    detached_at = time.perf_counter()
-    await _drop_detached(conn, [name])
-    log.info(
-        "dropped %s: detached in %.0f ms, dropped in %.0f ms", name,
-        (detached_at - started) * 1000, (time.perf_counter() - detached_at) * 1000,
-    )  # fmt: skip
-    return [name]
+    log.info("detached %s in %.0f ms", name, (time.perf_counter() - started) * 1000)
+    return name
 
 
 async def drop_followers(
     conn: asyncpg.Connection, *, parent: str, leader: str, today: dt.date, retention_days: int
 ) -> list[str]:
-    """Drop each day of ``parent`` past retention that no partition of ``leader`` covers any more
-    (run after the leader's :func:`drop_expired`): a day of ``parent`` goes after its leader's day,
-    never before it, and one the leader keeps (a live send) is kept too. Returns the names,
-    leftovers of a stopped run included."""
+    """:func:`detach_followers`, then the ``DROP`` of every detached day of ``parent`` past
+    retention (leftovers of a stopped run included); returns the names dropped."""
+    await detach_followers(conn, parent=parent, leader=leader, today=today, retention_days=retention_days)
+    return await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
+
+
+async def detach_followers(
+    conn: asyncpg.Connection,
+    *,
+    parent: str,
+    leader: str,
+    today: dt.date,
+    retention_days: int,
+    pause: Pause = _no_pause,
+) -> list[str]:
+    """Detach each day of ``parent`` past retention that no partition of ``leader`` covers any more
+    (run after the leader's :func:`detach_expired`): a day of ``parent`` goes after its leader's
+    day, never before it, and one the leader keeps (a live send) is kept too. ``pause`` is awaited
+    before each detach. Returns the names detached, for :func:`drop_leftovers`."""
     cutoff = today - retention_days * _DAY
     kept = {day for _, days in await existing_ranges(conn, parent=leader) for day in days.days()}
-    dropped: list[str] = []
+    detached: list[str] = []
     for _, days in await existing_ranges(conn, parent=parent):
         if days.end > cutoff:
             break
         if any(day in kept for day in days.days()):
             continue
+        await pause()
         started = time.perf_counter()
-        detached = await briefly(conn, partial(detach_day, conn, parent=parent, day=days.start))
-        detached_at = time.perf_counter()
-        await _drop_detached(conn, detached)
+        done = await briefly(conn, partial(detach_day, conn, parent=parent, day=days.start))
         log.info(
-            "dropped %s after %s's day: detached in %.0f ms, dropped in %.0f ms", ", ".join(detached), leader,
-            (detached_at - started) * 1000, (time.perf_counter() - detached_at) * 1000,
+            "detached %s after %s's day in %.0f ms", ", ".join(done) or "nothing", leader,
+            (time.perf_counter() - started) * 1000,
         )  # fmt: skip
-        dropped += detached
-    return dropped + await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
+        detached += done
+    return detached
 
 
 async def drop_leftovers(
