@@ -168,6 +168,14 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the relay runs the log's maintenance (partitions ahead, retention).",
     )
+    log_step_pause_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="Pause between two of the log maintenance's detaches or drops: a day's removal is "
+        "spread out, so that no send is slowed by two of them (each DROP's unlink slows the commits in "
+        "flight); about ten pauses a day.",
+    )
     worker_batch_size: int = Field(default=500, ge=1, description="Kafka records a worker takes per batch.")
     worker_concurrency: int = Field(default=64, ge=1, description="Provider calls a worker runs at once.")
     worker_bulk_chunk: int = Field(

@@ -184,6 +184,7 @@ def log_maintainer(settings: Settings) -> Maintainer:
         retention_days=settings.retention_days,
         partitions_ahead=settings.partition_days_ahead,
         interval_s=settings.maintenance_interval_s,
+        step_pause_s=settings.log_step_pause_s,
     )
 
 

@@ -4,6 +4,7 @@ side of it lands in its own day, retention drops whole days but never one holdin
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from collections.abc import AsyncIterator
 
@@ -181,3 +182,86 @@ async def test_a_late_day_moves_out_of_the_default_partitions_of_the_tables_that
         "SELECT tableoid::regclass::text FROM engagement WHERE notification_id = $1", nid
     )
     assert part == partition_name("engagement", late)
+
+
+_DAY_TABLES = f"^({'|'.join(TABLES)})_p[0-9]{{8}}$"
+
+
+async def day_tables(conn: asyncpg.Connection) -> dict[str, bool]:
+    """Every day (or week) table of the log, and whether it is still a partition (False: detached,
+    not yet dropped)."""
+    rows = await conn.fetch(
+        "SELECT relname, relispartition FROM pg_class WHERE relkind = 'r' AND relname ~ $1", _DAY_TABLES
+    )
+    return {r["relname"]: r["relispartition"] for r in rows}
+
+
+async def two_expired_days(conn: asyncpg.Connection) -> dt.date:
+    """Two days of sent notifications (all their tables) past a 30-day retention; returns the
+    ``today`` that finds them expired, well past the migration's own days."""
+    today = utc_today() + 60 * DAY
+    await maintain(conn=conn, today=today - 32 * DAY, retention_days=30, partitions_ahead=1)
+    for day in (today - 32 * DAY, today - 31 * DAY):
+        await log_send(conn, event_id=f"{day}", status="sent", at=at(day, 12))
+    return today
+
+
+async def test_a_run_detaches_every_day_first_then_drops_them_one_step_per_pause(
+    conn: asyncpg.Connection,
+) -> None:
+    today = await two_expired_days(conn)
+    states = [await day_tables(conn)]
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the upkeep's connection is idle between its steps
+        pauses.append(seconds)
+        states.append(await day_tables(conn))
+
+    report = await maintain(
+        conn=conn, today=today, retention_days=30, partitions_ahead=0, step_pause_s=7.0, sleep=sleep
+    )
+    states.append(await day_tables(conn))
+    assert pauses and set(pauses) == {7.0}
+    # Between two pauses exactly one table changed: one detach, or one drop.
+    steps = []
+    for before, after in itertools.pairwise(states):
+        changed = [n for n in before if after.get(n) != before[n]]
+        assert len(changed) == 1, changed
+        steps.append("drop" if changed[0] not in after else "detach")
+    # Every detach came before any drop, and each day detached was dropped in the same run.
+    assert steps == sorted(steps, key=["detach", "drop"].index)
+    assert steps.count("detach") == steps.count("drop") == len(report.dropped)
+    for day in (today - 32 * DAY, today - 31 * DAY):
+        assert {partition_name(t, day) for t in DAILY} <= set(report.dropped)
+    assert all(states[-1].values())  # nothing left detached
+    assert report.longest_work_s > 0
+
+
+class Stopped(Exception):
+    pass
+
+
+async def test_days_a_stopped_run_left_detached_are_dropped_by_the_next(conn: asyncpg.Connection) -> None:
+    today = await two_expired_days(conn)
+
+    async def stop_once_a_day_of_notifications_is_detached(seconds: float) -> None:  # a crash
+        if any(not on and n.startswith("notifications_p") for n, on in (await day_tables(conn)).items()):
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        await maintain(
+            conn=conn, today=today, retention_days=30, partitions_ahead=0, step_pause_s=1.0,
+            sleep=stop_once_a_day_of_notifications_is_detached,
+        )  # fmt: skip
+    tables = await day_tables(conn)
+    left = [name for name, attached in tables.items() if not attached]
+    (day,) = [n.rpartition("_p")[2] for n in left if n.startswith("notifications_p")]
+    assert tables[f"engagement_p{day}"]  # its engagement goes after it, never before
+
+    report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=0)
+    assert set(left) <= set(report.dropped)
+    tables = await day_tables(conn)
+    assert not set(left) & set(tables)
+    assert all(tables.values())  # nothing left detached
+    for table, key in (("notifications", "created_at"), ("engagement", "notification_created_at")):
+        assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE {key} < $1", at(today)) == 0
