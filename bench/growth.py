@@ -143,8 +143,12 @@ def print_drop(g: Growth) -> None:
     else:
         print(f"  dropped: {', '.join(drop.report.dropped) or 'nothing'}")
         print(f"  created: {', '.join(drop.report.created) or 'nothing'}")
+    # The upkeep pauses between its detaches and drops (CLARION_LOG_STEP_PAUSE_S): the target is
+    # on its longest stretch of work between two pauses; the run is the pauses longer.
+    work = drop.report.longest_work_s if drop.report is not None else took
+    print(f"{'upkeep run, pauses included (s)':44} {took:10.3f}")
     print(
-        f"{'upkeep run: the drops (s)':44} {took:10.3f}   < {DROP_TARGET_S:g} s: {verdict(took < DROP_TARGET_S)}"
+        f"{'its longest stretch of work (s)':44} {work:10.3f}   < {DROP_TARGET_S:g} s: {verdict(work < DROP_TARGET_S)}"
     )
     print(f"{'wrk accept p99, run with the drop (ms)':44} {g.during_drop.p99_s * 1000:10.1f}")
     without = statistics.median(pair.full.p99_s for pair in g.pairs)
