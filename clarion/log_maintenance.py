@@ -23,10 +23,12 @@ ACCESS EXCLUSIVE lock: the worker, the webhooks and the rollups write them, not 
 A run detaches every expired day first and drops the detached tables after, one at a time, with
 ``step_pause_s`` (``CLARION_LOG_STEP_PAUSE_S``) between any two of these steps. A day's removal was
 five detaches and five drops back to back, ~0.5 s in which the sends in flight were slower (p50 +11
-ms, p99 +50 ms, ``bench.drop_blip``, 2026-11-29); timed step by step, the sends in flight during a
-``DROP TABLE`` were the slow ones (its commit truncates the day's files: 44 ms in the kernel for a
-141 MB day, the sends' WAL commits waiting behind it), not those during a ``CONCURRENTLY`` detach.
-Spaced apart, no send meets two of them; the run takes ~10 pauses longer, once a day.
+ms, p99 +50 ms, ``bench.drop_blip``, 2026-11-29). Timed step by step, each of them slows the few
+sends in flight beside it by some milliseconds (a ``DROP TABLE``'s commit truncates the day's
+files, 44 ms in the kernel for a 141 MB day, and the sends' WAL commits wait behind it; a
+``CONCURRENTLY`` detach's catalogue work and invalidation); back to back they hit the same sends.
+Spaced apart, no send meets two of them; the run takes ~10 pauses longer, once a day
+(docs/benchmarks.md, "bench.drop_blip").
 
 The order of one run's steps, and what a stop between two of them leaves:
 

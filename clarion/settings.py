@@ -173,8 +173,8 @@ class Settings(BaseSettings):
         ge=0,
         le=60,
         description="Pause between two of the log maintenance's detaches or drops: a day's removal is "
-        "spread out, so that no send is slowed by two of them (each DROP's unlink slows the commits in "
-        "flight); about ten pauses a day.",
+        "spread out, so that no send is slowed by two of them (each slows the sends in flight beside it "
+        "a little); about ten pauses a day.",
     )
     worker_batch_size: int = Field(default=500, ge=1, description="Kafka records a worker takes per batch.")
     worker_concurrency: int = Field(default=64, ge=1, description="Provider calls a worker runs at once.")

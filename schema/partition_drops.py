@@ -2,10 +2,11 @@
 
 The two are separate steps (:func:`detach_expired`, :func:`detach_followers`; then
 :func:`drop_leftovers` or :func:`drop_detached`) so that a caller can space them apart: the
-``DROP`` is what the sends feel (its commit truncates the day's files, and the sends' commits wait
-behind it), so ``clarion.log_maintenance`` detaches every expired day first and then drops them
-one at a time with a pause between. :func:`drop_expired` and :func:`drop_followers` do both back to
-back, for callers that need no pacing (the webhook deliveries' retention).
+sends in flight beside each step are slowed a little (a ``DROP``'s commit truncates the day's files
+and the sends' commits wait behind it), so ``clarion.log_maintenance`` detaches every expired day
+first and then drops them one at a time, with a pause between any two steps. :func:`drop_expired`
+and :func:`drop_followers` do both back to back, for callers that need no pacing (the webhook
+deliveries' retention).
 
 A table without a default partition (the ones the accept writes) is detached ``CONCURRENTLY``: the
 parent is held only in SHARE UPDATE EXCLUSIVE, which no insert, update or read conflicts with, so
