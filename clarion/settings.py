@@ -5,25 +5,18 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from clarion.retry_settings import RetrySettings
-from core.ssrf import LOOKUP_TIMEOUT_S
+from clarion.webhook_settings import WebhookSettings, split_commas
 from providers.settings import ProvidersSettings
 
 PLACEHOLDER_SECRET = "dev-insecure-secret-change-me"
-# What a webhook lease holds beyond its call's lookup and time limit: recording the result, and an
-# event loop slowed by a loaded machine.
-WEBHOOK_LEASE_MARGIN_S = 5.0
 
 
-def webhook_lease_floor_s(timeout_s: float) -> float:
-    """The shortest lease under which a live ``clarion webhooks`` call of ``timeout_s`` is not
-    taken by another claim mid-call (the host's lookup, the call, the margin)."""
-    return LOOKUP_TIMEOUT_S + timeout_s + WEBHOOK_LEASE_MARGIN_S
+class Settings(WebhookSettings):
+    """Every process's settings; the webhooks' are in ``clarion.webhook_settings``."""
 
-
-class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLARION_", env_nested_delimiter="__", extra="ignore")
 
     env: Literal["dev", "test", "prod"] = Field(
@@ -267,65 +260,6 @@ class Settings(BaseSettings):
         default=None,
         description="Bearer token of the platform operator: cluster-wide figures (Kafka offsets and lag, every tenant's queues) at /v1/ops/cluster/queues. No tenant key opens them (unset: 404).",
     )
-    webhook_allow_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Operator allow-list (comma-separated host names, IPs or CIDR networks) of webhook endpoint hosts that may resolve to loopback, private, link-local or metadata addresses; every other such endpoint is refused at registration and at every send.",
-    )
-    max_webhook_endpoints_per_tenant: int = Field(
-        default=10, ge=1, le=1000, description="Webhook endpoints one tenant may register."
-    )
-    webhook_timeout_s: float = Field(
-        default=10.0, gt=0, le=120, description="Whole-request timeout of one webhook delivery, in seconds."
-    )
-    webhook_max_attempts: int = Field(
-        default=15,
-        ge=1,
-        le=100,
-        description="Calls a webhook delivery gets before it is given up (`failed`; a replay sends it again).",
-    )
-    webhook_retry_base_s: float = Field(
-        default=5.0,
-        gt=0,
-        description="Delay before a webhook delivery's second call; doubles each call, with jitter.",
-    )
-    webhook_retry_max_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Longest delay between two calls of one webhook delivery, in seconds.",
-    )
-    webhook_lease_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="How long a webhooks process holds a claimed delivery before another may send it (a process killed mid-delivery loses nothing, the receiver may see it twice); at least CLARION_WEBHOOK_TIMEOUT_S + 7 s (the host's lookup and a margin), else a call still running would be sent again.",
-    )
-    webhook_disable_after_failures: int = Field(
-        default=50,
-        ge=1,
-        description="Consecutive failed calls after which an endpoint is disabled (also needs webhook_disable_after_s of failing).",
-    )
-    webhook_disable_after_s: float = Field(
-        default=3 * 24 * 3600.0,
-        ge=0,
-        description="How long an endpoint must have failed without a single success before it is disabled, in seconds.",
-    )
-    webhook_retention_days: int = Field(
-        default=7,
-        ge=1,
-        le=366,
-        description="Days webhook events and deliveries are kept (daily partitions, dropped whole); replay reaches this far back.",
-    )
-    webhook_poll_interval_s: float = Field(
-        default=0.5, gt=0, description="How often `clarion webhooks` looks for due deliveries when idle."
-    )
-    webhook_concurrency: int = Field(
-        default=32, ge=1, le=1000, description="Webhook calls one `clarion webhooks` process makes at once."
-    )
-    webhook_concurrency_per_tenant: int = Field(
-        default=4,
-        ge=1,
-        le=1000,
-        description="Of those, how many one tenant's deliveries may hold at once, so a tenant whose endpoints hang cannot delay another's.",
-    )
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings, description="Provider accounts.")
     retry: RetrySettings = Field(
         default_factory=RetrySettings,
@@ -340,12 +274,10 @@ class Settings(BaseSettings):
             return None
         return value
 
-    @field_validator("previous_secret_keys", "webhook_allow_hosts", mode="before")
+    @field_validator("previous_secret_keys", mode="before")
     @classmethod
     def _split_secret_keys(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return split_commas(value)
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_prod(self) -> Settings:
@@ -357,17 +289,6 @@ class Settings(BaseSettings):
             )
         if any(k.get_secret_value().strip() in ("", PLACEHOLDER_SECRET) for k in self.previous_secret_keys):
             raise ValueError("CLARION_PREVIOUS_SECRET_KEYS may not hold an empty or placeholder secret")
-        return self
-
-    @model_validator(mode="after")
-    def _webhook_lease_outlasts_a_call(self) -> Settings:
-        floor = webhook_lease_floor_s(self.webhook_timeout_s)
-        if self.webhook_lease_s < floor:
-            raise ValueError(
-                f"CLARION_WEBHOOK_LEASE_S ({self.webhook_lease_s:g}) must be at least "
-                f"CLARION_WEBHOOK_TIMEOUT_S + {floor - self.webhook_timeout_s:g} s ({floor:g}): a shorter "
-                "lease ends while calls are still running, and they are sent again"
-            )
         return self
 
     @model_validator(mode="after")

@@ -4,7 +4,7 @@ The lease is the row's own ``next_attempt_at``, pushed ``lease_s`` ahead at the 
 delivery is invisible to every other ``clarion webhooks`` process until its outcome is recorded
 or, if the process died mid-call, until the lease ends and another process sends it again
 (at-least-once; the ``webhook-id`` lets the receiver drop the repeat). The lease outlasts a live
-call (``clarion.settings.webhook_lease_floor_s``: the lookup, the call's limit, a margin), so a
+call (``clarion.webhook_settings.webhook_lease_floor_s``: the lookup, the call's limit, a margin), so a
 claim takes a delivery whose call still runs only from a process starved past that margin. Only
 deliveries of enabled endpoints are claimed: a disabled endpoint's pending deliveries wait for it
 to be enabled again.
