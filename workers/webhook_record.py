@@ -11,11 +11,14 @@
   lets a call through, and the claim's attempt is given back.
 
 A result is written only while the delivery is still this caller's (same ``attempts``, still
-pending): after a lease expired and another process took it, that process's result counts.
+pending): after a lease expired and another process took it, that process's result counts. A
+result is never lost to the partition upkeep moving the delivery's row out of the default
+partition (``_update_ours``).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +30,8 @@ from core.webhook_events import LOCK_ENDPOINT, PARK_PENDING, PARKED_AT
 from workers.record import storable
 from workers.webhook_claim import ClaimedDelivery
 from workers.webhook_send import CallResult
+
+log = logging.getLogger(__name__)
 
 DELIVERED = """
 UPDATE webhook_deliveries
@@ -96,13 +101,13 @@ async def record_result(
     key = (delivery.id, delivery.created_at)
     async with pool.acquire() as conn, conn.transaction():
         if result.ok:
-            await conn.execute(DELIVERED, *key, result.status)
+            await _update_ours(conn, DELIVERED, *key, result.status)
             await conn.execute(ENDPOINT_OK, delivery.endpoint_id)
             return False
         error = storable(result.error, 500)
         delay_s = policy.backoff_s(delivery.attempts, result.retry_after_s)
-        await conn.execute(
-            FAILED, *key, delivery.attempts, policy.max_attempts, delay_s, result.status, error
+        await _update_ours(
+            conn, FAILED, *key, delivery.attempts, policy.max_attempts, delay_s, result.status, error
         )
         disabled = await conn.fetchval(
             ENDPOINT_FAILED,
@@ -130,4 +135,24 @@ async def park_queued(conn: asyncpg.Connection, *, endpoint_id: UUID) -> None:
 
 async def record_deferred(*, pool: asyncpg.Pool, delivery: ClaimedDelivery, until: datetime) -> None:
     """The breaker refused the call: try again at ``until``, without spending an attempt."""
-    await pool.execute(DEFERRED, delivery.id, delivery.created_at, delivery.attempts, until)
+    async with pool.acquire() as conn:
+        await _update_ours(conn, DEFERRED, delivery.id, delivery.created_at, delivery.attempts, until)
+
+
+async def _update_ours(conn: asyncpg.Connection, sql: str, *args: object) -> bool:
+    """One of the delivery's UPDATEs (keyed by id and ``created_at``, ``args[0:2]``), run again
+    once if it matched nothing; whether it wrote the row.
+
+    A day queued before its partition existed lives in ``webhook_deliveries_default`` until the
+    upkeep creates the day (``schema.partitions._create_days``: delete from the default, insert
+    into the day, attach, under ACCESS EXCLUSIVE on the default). A statement that waited for that
+    lock reads the row it had found as deleted and updates nothing, the moved copy being outside
+    its snapshot: the call's result was lost, the delivery left pending until its lease ended and
+    sent again. The next statement has a snapshot of its own (READ COMMITTED) taken after the move
+    committed, and finds the row; a row no longer this caller's matches neither, and a row moves
+    once (out of the default, never again)."""
+    for _ in range(2):
+        if await conn.execute(sql, *args) != "UPDATE 0":
+            return True
+    log.info("webhook delivery %s: result not recorded, no longer this caller's", args[0])
+    return False

@@ -1,9 +1,11 @@
 """The webhook tables keep their days: partitions ahead, expired days dropped whole, a day with a
 pending delivery of an enabled endpoint kept until it is done, and a disabled endpoint's delivery
-still pending past retention cancelled so its day goes."""
+still pending past retention cancelled so its day goes, and a call's result recorded while the
+upkeep moves its row out of the default partition is kept."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 from uuid import UUID
@@ -12,9 +14,12 @@ import asyncpg
 import pytest
 
 from clarion.pg import create_pool
-from harness.services import drop_database, fresh_database
-from schema.partitions import existing_days
+from harness.services import drop_database, fresh_database, wait_until
+from schema.partitions import ensure_ahead, existing_days
+from workers.webhook_claim import claim
+from workers.webhook_record import RetryPolicy, record_result
 from workers.webhook_retention import DAYS_AHEAD, maintain
+from workers.webhook_send import CallResult
 
 TODAY = dt.date(2026, 11, 25)
 INSERT_DELIVERY = """
@@ -36,7 +41,7 @@ async def _endpoint(conn: asyncpg.Connection, *, enabled: bool) -> UUID:
 @pytest.fixture
 async def pool() -> AsyncIterator[asyncpg.Pool]:
     url = await fresh_database("clarion_webhook_retention")
-    p = await create_pool(url, size=2)
+    p = await create_pool(url, size=3)
     yield p
     await p.close()
     await drop_database(url)
@@ -90,3 +95,52 @@ async def test_a_disabled_endpoints_delivery_still_pending_past_retention_is_can
     assert [(r["created_at"].date(), r["state"]) for r in rows] == [
         (TODAY, "pending")
     ]  # within retention: waits
+
+
+# A backend of this database waiting for a lock it has not been granted.
+WAITING = """
+SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE NOT l.granted AND a.datname = current_database()
+"""
+POLICY = RetryPolicy(
+    max_attempts=6, base_s=0.2, max_s=0.5, disable_after_failures=1000, disable_after_s=3600.0
+)
+
+
+@pytest.mark.parametrize(
+    ("result", "recorded"),
+    [
+        (CallResult(ok=True, status=204), ("delivered", 204)),
+        (CallResult(ok=False, status=500, error="answered HTTP 500"), ("pending", 500)),
+    ],
+)
+async def test_a_result_recorded_while_the_upkeep_moves_its_row_out_of_the_default_partition_is_kept(
+    pool: asyncpg.Pool, result: CallResult, recorded: tuple[str, int]
+) -> None:
+    """A day without its partition (a fresh database, upkeep behind) queues into
+    ``webhook_deliveries_default``; the upkeep creating the day moves its rows out (delete, insert,
+    attach) under an ACCESS EXCLUSIVE lock on the default partition. A record waiting on that lock
+    then ran against the deleted row: UPDATE 0, the call that happened unrecorded, the delivery
+    pending until its lease ended and sent again (the two notification.sent of a CI run)."""
+    async with pool.acquire() as conn:
+        await conn.execute(INSERT_DELIVERY, _at(TODAY), "pending", await _endpoint(conn, enabled=True))
+        assert await conn.fetchval("SELECT tableoid::regclass::text FROM webhook_deliveries") == (
+            "webhook_deliveries_default"
+        )
+    [delivery] = await claim(pool=pool, limit=1, lease_s=60, per_tenant=1)
+    async with pool.acquire() as mover, mover.transaction():
+        await ensure_ahead(mover, parent="webhook_deliveries", today=TODAY, days_ahead=0)
+        record = asyncio.create_task(
+            record_result(pool=pool, delivery=delivery, result=result, policy=POLICY)
+        )
+
+        async def waiting() -> bool:
+            return record.done() or bool(await pool.fetchval(WAITING))
+
+        await wait_until(waiting, 15, 0.01)
+        assert not record.done()  # it waits for the move
+    await record
+    row = await pool.fetchrow("SELECT tableoid::regclass::text AS part, * FROM webhook_deliveries")
+    assert row is not None
+    assert (row["part"], row["attempts"]) == (f"webhook_deliveries_p{TODAY:%Y%m%d}", 1)
+    assert (row["state"], row["last_status"]) == recorded
