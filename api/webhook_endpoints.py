@@ -186,8 +186,14 @@ async def update_endpoint(
         ).first()
         if row is None:
             raise _not_found(endpoint_id)
-        if patch.enabled is not None:
-            await conn.exec_driver_sql(UNPARK_PENDING if patch.enabled else PARK_PENDING, (endpoint_id,))
+        if patch.enabled is False:
+            await conn.exec_driver_sql(PARK_PENDING, (endpoint_id,))
+        elif patch.enabled:
+            # Twice: a statement that waited for the upkeep moving a day's rows out of the default
+            # partition was planned before that day was attached and misses what moved (as the
+            # worker's record, workers/webhook_record._update_ours); the second sees the day.
+            for _ in range(2):
+                await conn.exec_driver_sql(UNPARK_PENDING, (endpoint_id,))
     return _out(row)
 
 

@@ -146,11 +146,11 @@ async def _update_ours(conn: asyncpg.Connection, sql: str, *args: object) -> boo
     A day queued before its partition existed lives in ``webhook_deliveries_default`` until the
     upkeep creates the day (``schema.partitions._create_days``: delete from the default, insert
     into the day, attach, under ACCESS EXCLUSIVE on the default). A statement that waited for that
-    lock reads the row it had found as deleted and updates nothing, the moved copy being outside
-    its snapshot: the call's result was lost, the delivery left pending until its lease ended and
-    sent again. The next statement has a snapshot of its own (READ COMMITTED) taken after the move
-    committed, and finds the row; a row no longer this caller's matches neither, and a row moves
-    once (out of the default, never again)."""
+    lock was planned before the day was attached, so it looks for the row only where it was and
+    updates nothing: the call's result was lost, the delivery left pending until its lease ended
+    and sent again. The next statement is planned after the move committed and finds the row; a
+    row no longer this caller's matches neither, and a row moves once (out of the default, never
+    again)."""
     for _ in range(2):
         if await conn.execute(sql, *args) != "UPDATE 0":
             return True

@@ -1,7 +1,7 @@
 """The webhook tables keep their days: partitions ahead, expired days dropped whole, a day with a
 pending delivery of an enabled endpoint kept until it is done, and a disabled endpoint's delivery
 still pending past retention cancelled so its day goes, and a call's result recorded while the
-upkeep moves its row out of the default partition is kept."""
+upkeep moves its row out of the default partition is kept, as is an endpoint's enabling then."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ from uuid import UUID
 import asyncpg
 import pytest
 
+from api.webhook_endpoints import EndpointPatch, update_endpoint
 from clarion.pg import create_pool
+from core import ssrf
+from core.webhook_events import PARKED_AT
 from harness.services import drop_database, fresh_database, wait_until
+from schema.db import create_engine
 from schema.partitions import ensure_ahead, existing_days
 from workers.webhook_claim import claim
 from workers.webhook_record import RetryPolicy, record_result
@@ -39,12 +43,17 @@ async def _endpoint(conn: asyncpg.Connection, *, enabled: bool) -> UUID:
 
 
 @pytest.fixture
-async def pool() -> AsyncIterator[asyncpg.Pool]:
+async def url() -> AsyncIterator[str]:
     url = await fresh_database("clarion_webhook_retention")
+    yield url
+    await drop_database(url)
+
+
+@pytest.fixture
+async def pool(url: str) -> AsyncIterator[asyncpg.Pool]:
     p = await create_pool(url, size=3)
     yield p
     await p.close()
-    await drop_database(url)
 
 
 def _at(day: dt.date) -> dt.datetime:
@@ -144,3 +153,41 @@ async def test_a_result_recorded_while_the_upkeep_moves_its_row_out_of_the_defau
     assert row is not None
     assert (row["part"], row["attempts"]) == (f"webhook_deliveries_p{TODAY:%Y%m%d}", 1)
     assert (row["state"], row["last_status"]) == recorded
+
+
+async def test_an_endpoint_enabled_while_the_upkeep_moves_its_parked_deliveries_gets_them_back(
+    url: str, pool: asyncpg.Pool
+) -> None:
+    """The same move beside a tenant enabling its endpoint: the unpark that waited for it was
+    planned before the day was attached, and left the moved deliveries parked for good."""
+    async with pool.acquire() as conn:
+        endpoint = await _endpoint(conn, enabled=False)
+        await conn.execute(INSERT_DELIVERY, _at(TODAY), "pending", endpoint)
+        await conn.execute(f"UPDATE webhook_deliveries SET next_attempt_at = '{PARKED_AT}'")
+    engine = create_engine(url)
+    try:
+        async with pool.acquire() as mover, mover.transaction():
+            await ensure_ahead(mover, parent="webhook_deliveries", today=TODAY, days_ahead=0)
+            enable = asyncio.create_task(
+                update_endpoint(
+                    engine=engine,
+                    tenant_id="t",
+                    endpoint_id=endpoint,
+                    patch=EndpointPatch(enabled=True),
+                    allow=ssrf.AllowList.parse([]),
+                )
+            )
+
+            async def waiting() -> bool:
+                return enable.done() or bool(await pool.fetchval(WAITING))
+
+            await wait_until(waiting, 15, 0.01)
+            assert not enable.done()  # it waits for the move
+        assert (await enable).enabled
+    finally:
+        await engine.dispose()
+    row = await pool.fetchrow(
+        "SELECT tableoid::regclass::text AS part, next_attempt_at FROM webhook_deliveries"
+    )
+    assert row is not None and row["part"] == f"webhook_deliveries_p{TODAY:%Y%m%d}"
+    assert row["next_attempt_at"] < dt.datetime(9999, 1, 1, tzinfo=dt.UTC)  # due, no longer parked
