@@ -36,11 +36,11 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from clarion.settings import Settings
-from harness.fakes.base import free_port
 from harness.services import wait_until
 from harness.tenants import TenantInfo
 from tests.conftest import Stack
 from tests.fixtures.sends import email_send
+from tests.fixtures.webhook_receiver import Receiver
 from tests.fixtures.webhooks import fast, register, sender
 from workers import webhook_delivery
 from workers.webhook_claim import ClaimedDelivery
@@ -70,18 +70,14 @@ class Arrival:
     at: float
 
 
-class SlowSometimes:
+class SlowSometimes(Receiver):
     """A receiver that answers 204, after 0.5-1.5 s to ``SLOW_SHARE`` of the calls (unsigned
-    checks: the signature is ``test_webhook_delivery``'s business; this counts arrivals)."""
+    checks: the signature is ``test_webhook_delivery``'s business; this counts arrivals). It is
+    served as the tests' ``Receiver`` is, with a handler of its own."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__()
         self.arrivals: list[Arrival] = []
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks"
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -95,18 +91,6 @@ class SlowSometimes:
         if random.random() < SLOW_SHARE:
             await asyncio.sleep(random.uniform(0.5, 1.5))  # a receiver that is slow, not a wait
         return web.Response(status=204)
-
-    async def start(self) -> SlowSometimes:
-        app = web.Application()
-        app.router.add_post("/hooks", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 @pytest.fixture
