@@ -26,7 +26,7 @@ import asyncpg
 from api.accept import accept_many
 from api.accept_checks import require_subject
 from api.accepted_counts import AcceptedCounts
-from api.errors import ApiError, is_db_unavailable
+from api.errors import db_unavailable, is_db_unavailable
 from api.submission import AcceptDecision, AcceptResult, Prerendered, Submission
 from clarion.coalesce import Coalescer
 from clarion.missing_days import create_missing_day, missing_day
@@ -63,11 +63,7 @@ async def accept_isolated(
                     await create_missing_day(conn=conn, missing=missing)
             except Exception as failed:  # the upkeep holds the parent, say: the caller tries again
                 log.warning("the log's missing day was not created (%s)", type(failed).__name__)
-                unmade = ApiError(
-                    503, "database_unavailable", "The notification log is unavailable; retry shortly.",
-                    headers={"Retry-After": "2"},
-                )  # fmt: skip
-                return [unmade] * len(sends)
+                return [db_unavailable()] * len(sends)
             return await accept_isolated(
                 pool=pool, renderer=renderer, counts=counts, sends=sends, day_made=True
             )

@@ -38,6 +38,16 @@ class ApiError(Exception):
         self.headers = headers
 
 
+def db_unavailable() -> ApiError:
+    """PostgreSQL cannot take the request now (down, restarting, a lock not got): a 503 to retry."""
+    return ApiError(
+        503,
+        "database_unavailable",
+        "The notification log is unavailable; retry shortly.",
+        headers={"Retry-After": "2"},
+    )
+
+
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     """The error shape, its texts bounded and inert (`api.refusal_text`): messages quote the caller."""
     return {"error": {"code": code, "message": bounded(message), "details": bounded(details)}}
@@ -163,12 +173,7 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         if is_db_unavailable(exc):
             log.warning("database unavailable: %s", type(exc).__name__)
-            return error_response(
-                503,
-                "database_unavailable",
-                "The notification log is unavailable; retry shortly.",
-                headers={"Retry-After": "2"},
-            )
+            return await _api_error(request, db_unavailable())
         # The class and the route only: an exception's text and a traceback's frames can quote the
         # request's values (a body, a rendered template), so those need DEBUG.
         log.error(
