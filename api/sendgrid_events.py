@@ -126,8 +126,9 @@ async def record_sendgrid_events(
 
     Raises ``ApiError`` 404 ``not_configured`` (no verification key), 403 ``invalid_signature``
     (bad or missing signature, or a timestamp more than 10 minutes off: nothing is changed),
-    400 ``malformed_json`` or 429 ``callback_busy`` (no turn, or a notification's row held past its
-    wait: ``api.callback_gate``; nothing is changed, and SendGrid retries the batch).
+    400 ``malformed_json`` or 429 ``callback_busy`` (no turn: nothing is changed; or a notification's
+    row held past its wait: the chunks before it are kept, and SendGrid's retry of the batch
+    records the rest, each event once; ``api.callback_gate``).
     """
     if public_key is None:
         raise ApiError(404, "not_configured", "The SendGrid Event Webhook is not configured.")

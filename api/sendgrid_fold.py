@@ -8,7 +8,7 @@ counts no more, and each past that was two statements for nothing), the opt-outs
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -144,18 +144,28 @@ class Fold:
         seen = {marker for detail in details if (marker := _marker_in(detail))}
         room = MAX_HISTORY_EVENTS - sum(detail.startswith("sendgrid ") for detail in details)
         transitions = []
-        taken: Counter[tuple[EngagementType, str]] = Counter()  # this batch's opens and clicks, per row
+        # This batch's distinct opens and clicks per row: a repeat of one in the batch is a duplicate
+        # without a statement, and past MAX_COUNTED distinct ones the row counts no more (an event
+        # without a marker is always a new one).
+        taken: defaultdict[tuple[EngagementType, str], set[object]] = defaultdict(set)
         for event in events:
             marker = _event_marker(event)
             if event["event"] in SENDGRID_ENGAGEMENT_ONLY:  # counted (or not) by the engagement row
                 engaged = _engagement(event, row, marker, now)
-                if engaged is not None and taken[engaged.type, cut_link(engaged.link)] >= MAX_COUNTED:
+                if engaged is None:
+                    continue
+                seen_here = taken[engaged.type, cut_link(engaged.link)]
+                if marker is not None and marker in seen_here:  # the row counts it once at most
+                    self.result.duplicate += 1
+                    count_event("sendgrid", event["event"], "duplicate")
+                    continue
+                if len(seen_here) >= MAX_COUNTED:
                     # The row counts no more than MAX_COUNTED: the rest would be two statements each.
                     self.result.ignored += 1
                     count_event("sendgrid", event["event"], "ignored")
-                elif engaged is not None:
-                    taken[engaged.type, cut_link(engaged.link)] += 1
-                    self.engaged.append(engaged)
+                    continue
+                seen_here.add(marker if marker is not None else object())
+                self.engaged.append(engaged)
                 continue
             if marker is not None and marker in seen:
                 self.result.duplicate += 1

@@ -205,3 +205,19 @@ async def test_opens_past_what_the_engagement_row_counts_are_ignored_without_a_w
     assert (answer["recorded"], answer["ignored"], answer["duplicate"]) == (MAX_COUNTED, 2 * MAX_COUNTED, 0)
     opened = [e for e in (await view(client, nid))["engagement"] if e["type"] == "opened"]
     assert [e["count"] for e in opened] == [MAX_COUNTED]
+
+
+async def test_a_new_open_after_many_repeats_of_one_in_its_batch_is_counted(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """Repeats of one open in a batch are one open the row could count, not MAX_COUNTED of them:
+    the cap on a batch's statements must not refuse a new open behind them."""
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    one = event(nid, "open", f"{external_id}@example.com")
+    fresh = event(nid, "open", f"{external_id}@example.com")
+
+    answer = (await hooks.events([one] * (MAX_COUNTED + 5) + [fresh])).json()
+
+    assert (answer["recorded"], answer["ignored"], answer["duplicate"]) == (2, 0, MAX_COUNTED + 4)
+    opened = [e for e in (await view(client, nid))["engagement"] if e["type"] == "opened"]
+    assert [e["count"] for e in opened] == [2]
