@@ -5,8 +5,7 @@ The two are separate steps (:func:`detach_expired`, :func:`detach_followers`; th
 sends in flight beside each step are slowed a little (a ``DROP``'s commit truncates the day's files
 and the sends' commits wait behind it), so ``clarion.log_maintenance`` detaches every expired day
 first and then drops them one at a time, with a pause between any two steps. :func:`drop_expired`
-and :func:`drop_followers` do both back to back, for callers that need no pacing (the webhook
-deliveries' retention).
+does both back to back, for a caller that needs no pacing (the webhook deliveries' retention).
 
 A table without a default partition (the ones the accept writes) is detached ``CONCURRENTLY``: the
 parent is held only in SHARE UPDATE EXCLUSIVE, which no insert, update or read conflicts with, so
@@ -25,7 +24,7 @@ What a stopped run leaves, and who finishes it:
   FINALIZE``) and drops it; it was chosen to go, and a pending day cannot be taken back.
 - a day detached but not dropped is dropped by the next run (:func:`drop_leftovers`).
 - a table whose days go with another's (``engagement`` with ``notifications``:
-  :func:`drop_followers`) is detached only *after* its leader's day is: a follower's day goes once
+  :func:`detach_followers`) is detached only *after* its leader's day is: a follower's day goes once
   no partition of the leader covers it, so a stop between the two leaves the leader's day gone and
   the follower's still there (and found by the next run), never the other way round.
 
@@ -72,7 +71,7 @@ async def detach_day(conn: asyncpg.Connection, *, parent: str, day: dt.date) -> 
     """Detach ``day`` of ``parent`` (and delete that day's rows in its default partition, normally
     none), in the caller's transaction; returns the table detached, if there was one, for the
     caller to drop once that transaction is committed. For a table whose days go with another's
-    (:func:`drop_followers`)."""
+    (:func:`detach_followers`)."""
     key = await partition_key(conn, parent=parent)
     if await has_default(conn, parent=parent):
         await conn.execute(
@@ -222,15 +221,6 @@ async def _timed_detach(conn: asyncpg.Connection, *, parent: str, name: str) -> 
     await _detach(conn, parent=parent, name=name)
     log.info("detached %s in %.0f ms", name, (time.perf_counter() - started) * 1000)
     return name
-
-
-async def drop_followers(
-    conn: asyncpg.Connection, *, parent: str, leader: str, today: dt.date, retention_days: int
-) -> list[str]:
-    """:func:`detach_followers`, then the ``DROP`` of every detached day of ``parent`` past
-    retention (leftovers of a stopped run included); returns the names dropped."""
-    await detach_followers(conn, parent=parent, leader=leader, today=today, retention_days=retention_days)
-    return await drop_leftovers(conn, parent=parent, today=today, retention_days=retention_days)
 
 
 async def detach_followers(

@@ -143,7 +143,7 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
     # Once it is sent, the next run drops its day too.
     await conn.execute("UPDATE notifications SET status = 'sent' WHERE event_id = 'next-month'")
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
-    # Its engagement goes right after it (never before: schema.partition_drops.drop_followers).
+    # Its engagement goes right after it (never before: schema.partition_drops.detach_followers).
     assert ours(report.dropped, since=old - 6 * DAY) == [
         partition_name("notification_keys", old - 6 * DAY),
         *(partition_name(t, old) for t in ("notifications", "engagement")),
