@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.sendgrid_events import CHUNK_EVENTS, MAX_HISTORY_EVENTS
 from harness.services import api_client, wait_until
 from tests.conftest import TenantInfo, make_tenant
+from tests.fixtures.answers import assert_error
 from tests.fixtures.hooked_api import hooks_fixture, provider_transitions  # noqa: F401 - hooks
 from tests.fixtures.hooks import Hooks, callback, event, sent_notification, sent_sms, view
 
@@ -160,3 +161,11 @@ async def test_a_big_batch_holds_its_emails_a_chunk_at_a_time(
     assert recorded_meanwhile == ["deferred"] * MAX_HISTORY_EVENTS
     assert (retried["recorded"], retried["duplicate"]) == (1, MAX_HISTORY_EVENTS)
     assert provider_transitions(await view(client, later)) == ["delivered"]
+
+
+async def test_a_signed_twilio_callback_with_a_sid_longer_than_twilios_is_a_400(hooks: Hooks) -> None:
+    """A sid is looked up and used as a turn's key: one of 1,000 characters (the body's limit
+    allows some 60,000), signed with a leaked auth token, is refused before either."""
+    response = await hooks.twilio(callback("SM" + "f" * 1_000, "delivered"))
+
+    assert_error(response, 400, "invalid_callback")
