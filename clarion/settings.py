@@ -171,6 +171,12 @@ class Settings(WebhookSettings):
     )
     worker_batch_size: int = Field(default=500, ge=1, description="Kafka records a worker takes per batch.")
     worker_concurrency: int = Field(default=64, ge=1, description="Provider calls a worker runs at once.")
+    worker_record_every_ms: int = Field(
+        default=50,
+        ge=10,
+        le=10_000,
+        description="How often a worker records the outcomes its batch has reached so far, in ms: a worker killed mid-batch makes again (after the lease) only the provider calls of about this long and of the record in progress. A batch done sooner is one record.",
+    )
     worker_bulk_chunk: int = Field(
         default=32,
         ge=1,

@@ -61,6 +61,7 @@ from workers.content import Content
 from workers.lanes import LanePriority
 from workers.pipeline import Pipeline, decode
 from workers.record import until_done
+from workers.recording import Recording
 from workers.retry import RetryPolicy
 from workers.retry_lane import Forwarder, deliver_when_due, waiting_s
 from workers.send import Sender
@@ -190,9 +191,12 @@ class Worker:
         # Hold the batch until its outcomes are recorded; never skip it. Processing is retried only
         # while it fails before any claim (database away); once provider calls were made, only the
         # recording is retried, with the same outcomes, so a database outage never sends twice.
-        outcomes = await until_done("processed", lambda: pipeline.process(messages))
-        await until_done("recorded", lambda: pipeline.record(outcomes))
-        await self.forwarder.forward(messages, outcomes)
+        # Outcomes are recorded as they come, every worker_record_every_ms, so a worker killed
+        # mid-batch leaves only its last moments' calls to be sent again after the lease.
+        every_s = self.settings.worker_record_every_ms / 1000
+        async with Recording(record=pipeline.record, every_s=every_s) as recording:
+            await until_done("processed", lambda: pipeline.process(messages, done=recording.add))
+        await self.forwarder.forward(messages, recording.outcomes)
 
     async def start(self) -> None:
         settings = self.settings

@@ -7,7 +7,8 @@ Each step is a call into the module named after it: ``claim``, ``steps`` (the sc
 ``wiring`` chose for the channel), ``recipients``, ``content`` (``render_deferral`` when the
 tenant's render turn is busy), ``send``, ``conclude`` and ``record``. Every step either moves the notification forward or ends it with an ``Outcome``; one
 notification's fault ends that notification alone (``_deliver_isolated``). The caller records the
-outcomes (retrying until done) and only then commits the batch's offsets. When tracing is on,
+outcomes as they come (``workers.recording``, retrying until done) and only after the last one
+commits the batch's offsets. When tracing is on,
 the claim, the render, every provider call and the record add their spans (``workers.traces``).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -109,10 +110,14 @@ class Pipeline:
         self.gates = list(self.gates)
         self._slots = asyncio.Semaphore(concurrency)
 
-    async def process(self, messages: list[NotificationMessage]) -> list[Outcome]:
+    async def process(
+        self, messages: list[NotificationMessage], *, done: Callable[[Outcome], None] = lambda _: None
+    ) -> list[Outcome]:
         """Claim the batch and take every claimed notification to an outcome (provider calls
-        included). Nothing is recorded yet: the caller must ``record`` these outcomes, retrying
-        until it succeeds, because claiming again would find them leased and send nothing."""
+        included), each handed to ``done`` as soon as it is reached (``workers.recording`` records
+        them while the rest of the batch goes on). Nothing is recorded here: the caller must
+        ``record`` these outcomes, retrying until it succeeds, because claiming again would find
+        them leased and send nothing."""
         start_ns = time.time_ns() if tracing.enabled else 0
         claimed, unreadable = await claim(pool=self.pool, ids=[m.id for m in messages], lease_s=self.lease_s)
         if tracing.enabled:
@@ -129,11 +134,13 @@ class Pipeline:
             open_ = [n for n in claimed if n.id not in stopped]
             if open_:
                 stopped.update(await self._screen_isolated(screen, open_))
+        for outcome in stopped.values():
+            done(outcome)
         go = [n for n in claimed if n.id not in stopped]
         if not go:
             return list(stopped.values())
         addresses = await addresses_for(pool=self.pool, rows=go)
-        delivered = await asyncio.gather(*(self._deliver_isolated(n, addresses[n.id]) for n in go))
+        delivered = await asyncio.gather(*(self._deliver_isolated(n, addresses[n.id], done) for n in go))
         return [*stopped.values(), *delivered]
 
     async def record(self, outcomes: list[Outcome]) -> None:
@@ -225,19 +232,23 @@ class Pipeline:
                 stopped[n.id] = self._internal_error(n, exc, [])
         return stopped
 
-    async def _deliver_isolated(self, n: ClaimedNotification, addresses: list[Address]) -> Outcome:
+    async def _deliver_isolated(
+        self, n: ClaimedNotification, addresses: list[Address], done: Callable[[Outcome], None]
+    ) -> Outcome:
         """``_deliver``, where any exception ends this notification alone: ``failed`` with
         ``internal_error``, or ``sent`` when a provider had already accepted it (a provider call
         that happened is always recorded, with its attempt row). An infrastructure fault
         (``PASSING_FAULTS``) makes it ``retrying`` instead, within its attempt budget."""
         calls = Calls()
         try:
-            return await self._deliver(n, addresses, calls)
+            outcome = await self._deliver(n, addresses, calls)
         except Exception as exc:
-            return self._internal_error(n, exc, calls.attempts)
+            outcome = self._internal_error(n, exc, calls.attempts)
         finally:
             if tracing.enabled:
                 provider_spans(self._traces.get(n.id), calls.attempts)
+        done(outcome)
+        return outcome
 
     def _internal_error(self, n: ClaimedNotification, exc: Exception, attempts: list[Attempt]) -> Outcome:
         kind = type(exc).__name__
