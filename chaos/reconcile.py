@@ -43,9 +43,10 @@ class Reconciliation:
     duplicates_explained: int = 0
     reclaimed: int = 0  # claimed again after a lease expired (its worker died or stalled mid-send)
     latencies_s: list[float] = field(default_factory=list)
-    # accept -> queued (outbox publish), queued -> claimed (broker + consumer), claimed -> provider
+    # accept -> queued (outbox publish), queued -> claimed (broker + consumer), claimed -> provider,
+    # provider -> its outcome recorded (a worker killed in that window has the call made again)
     stages_s: dict[str, list[float]] = field(
-        default_factory=lambda: {"publish": [], "consume": [], "send": []}
+        default_factory=lambda: {"publish": [], "consume": [], "send": [], "record": []}
     )
     not_sent: list[dict[str, Any]] = field(default_factory=list)  # examples, for the report
 
@@ -218,3 +219,7 @@ def _stages(rec: Reconciliation, accepted_s: float, history: list[dict[str, Any]
     if claimed:
         rec.stages_s["consume"].append(claimed[-1] - at.get("queued", accepted_s))
         rec.stages_s["send"].append(provider_s - claimed[-1])
+    recorded = [datetime.fromisoformat(h["at"]).timestamp() for h in history if h.get("status") == "sent"]
+    if recorded and provider_s <= recorded[0]:  # a clock skew of the fakes' would make it negative
+        # The call accepted but not yet recorded: a worker killed here has it made again.
+        rec.stages_s["record"].append(recorded[0] - provider_s)

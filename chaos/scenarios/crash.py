@@ -43,9 +43,11 @@ async def run(
         rec = await settle(stack, result, [load], drain_s=lease_s * 4 + 120)
         result.figures.update(kills=kills, kill_every_s=kill_every_s, lease_s=lease_s)
         result.elapsed_s = round(time.monotonic() - started, 1)
+        p50, p99 = (v or 0.0 for v in rec.figures()["stages_p50_p99_s"]["record"])
         result.notes.append(
             f"{kills} SIGKILLs; {rec.duplicates_explained}/{rec.duplicates} duplicates after a lease "
-            f"expiry ({lease_s:.0f} s lease)"
+            f"expiry ({lease_s:.0f} s lease); a provider call unrecorded p50 {p50 * 1000:.0f} ms, "
+            f"p99 {p99 * 1000:.0f} ms"
         )
         result.check(rec.sent == count, f"sent {rec.sent} of {count}")
     return result
