@@ -124,6 +124,26 @@ LOG_TABLES = (
 )
 
 
+# The order a day is made in: the accept's tables last. No notification of a day exists before its
+# day of notifications does, so nothing keyed by one (its engagement and rollups by its day, its
+# attempts and sandbox messages by the worker's clock, in it) is written for a day whose partition
+# of these tables is still missing: nothing lands in a default that making the day would move out
+# under its writers, who were refused (SQLSTATE 23514: the default's constraint changed under them).
+MAKE_ORDER = tuple(sorted(LOG_TABLES, key=lambda table: not table.default_partition))
+
+
+async def ensure_days(*, conn: asyncpg.Connection, today: dt.date, days_ahead: int) -> list[str]:
+    """Create today .. today + ``days_ahead`` for every log table, in ``MAKE_ORDER`` (each with its
+    span, fill factor and default partition or none); returns the names created."""
+    created: list[str] = []
+    for table in MAKE_ORDER:
+        created += await ensure_ahead(
+            conn, parent=table.name, today=today, days_ahead=days_ahead, fillfactor=table.fillfactor,
+            span_days=table.span_days, default_partition=table.default_partition,
+        )  # fmt: skip
+    return created
+
+
 @dataclass(frozen=True, slots=True)
 class MaintenanceReport:
     """What one run did, and the gauges' figures after it (per table; ``default_rows`` for the
@@ -176,15 +196,10 @@ async def maintain(
     docstring), and set the ``clarion_log_*`` gauges. Idempotent. ``conn`` must not be in a
     transaction (a ``CONCURRENTLY`` detach cannot run in one)."""
     pace = _Pace(step_pause_s, sleep)
-    created: list[str] = []
+    created = await ensure_days(conn=conn, today=today, days_ahead=partitions_ahead)
     dropped: list[str] = []
     ahead: dict[str, int] = {}
     stray: dict[str, int] = {}
-    for table in LOG_TABLES:
-        created += await ensure_ahead(
-            conn, parent=table.name, today=today, days_ahead=partitions_ahead,
-            fillfactor=table.fillfactor, span_days=table.span_days, default_partition=table.default_partition,
-        )  # fmt: skip
     order: list[str] = []  # the module docstring's: a follower right after its leader
     for table in LOG_TABLES:
         if table.goes_with_log:

@@ -5,8 +5,9 @@ detached ``CONCURRENTLY``, ``schema.partition_drops``), so a row whose day has n
 refused: "no partition of relation ... found for row" (SQLSTATE 23514). The upkeep creates days a
 week ahead (``clarion.log_maintenance``); when it has not (stopped for a week, a clock far off),
 the writer's transaction is rolled back whole, :func:`create_missing_day` creates that day for
-every log table (as the upkeep would: ``schema.partitions.ensure_ahead``, safe under concurrent
-creators, each waiting at most ``LOCK_TIMEOUT_MS`` per try), and the writer tries once more.
+every log table (as the upkeep would, the accept's tables last: ``clarion.log_maintenance.ensure_days``,
+safe under concurrent creators, each waiting at most ``LOCK_TIMEOUT_MS`` per try), and the writer
+tries once more.
 Each day this process created is counted (``clarion_log_partitions_created_on_demand_total``; a
 refusal whose day another writer or the upkeep made first is not: the metric counted every
 refusal, so a burst of sends on a missing day read as that many days) and each refusal logged.
@@ -26,8 +27,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from clarion import metrics
-from clarion.log_maintenance import LOG_TABLES, utc_today
-from schema.partitions import ensure_ahead
+from clarion.log_maintenance import LOG_TABLES, ensure_days, utc_today
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +66,7 @@ async def create_missing_day(*, conn: asyncpg.Connection, missing: MissingDay) -
     concurrent writer or the upkeep made them first. ``conn`` outside the failed transaction."""
     day = utc_today() if missing.key_text is None else await conn.fetchval(_DAY_OF, missing.key_text)
     assert isinstance(day, dt.date)
-    created: list[str] = []
-    for table in LOG_TABLES:
-        created += await ensure_ahead(
-            conn, parent=table.name, today=day, days_ahead=0, fillfactor=table.fillfactor,
-            span_days=table.span_days, default_partition=table.default_partition,
-        )  # fmt: skip
+    created = await ensure_days(conn=conn, today=day, days_ahead=0)
     if created:  # a day found made meanwhile is another writer's (it counted it) or the upkeep's
         metrics.LOG_PARTITIONS_ON_DEMAND.labels(missing.parent).inc()
     log.warning(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from clarion.log_maintenance import KEY_SPAN_DAYS, LOG_TABLES, log_size, maintain, utc_today
+from clarion.log_maintenance import KEY_SPAN_DAYS, LOG_TABLES, MAKE_ORDER, log_size, maintain, utc_today
 from clarion.pg import asyncpg_dsn
 from harness.services import drop_database, fresh_database
 from schema.ids import uuid7
@@ -110,7 +110,7 @@ async def test_tomorrow_exists_before_midnight_and_each_send_lands_in_its_day(
     # The next day's run keeps a week ahead, the keys' next week too, and nothing fell into a
     # default partition.
     report = await maintain(conn=conn, today=tomorrow, retention_days=30, partitions_ahead=7)
-    assert report.created == [partition_name(t, tomorrow + 7 * DAY) for t in TABLES]
+    assert report.created == [partition_name(t.name, tomorrow + 7 * DAY) for t in MAKE_ORDER]
     assert report.days_ahead["notification_keys"] == 13
     assert report.default_rows == dict.fromkeys(WITH_DEFAULT, 0)
 
