@@ -26,6 +26,7 @@ from api.engagement_models import EngagementIn, EngagementRecorded
 from api.errors import ApiError
 from clarion import metrics
 from clarion.engagement_tokens import InvalidToken, verify_engagement_token
+from clarion.missing_days import once_more_if_moved
 from core.engagement import MAX_COUNTED, MAX_LINKS, EngagementEvent, Recorded, record_engagement
 from schema.enums import EngagementType
 
@@ -88,7 +89,8 @@ async def report_engagement(
     async with gate.turn(tenant_id) as mine:
         if not mine:
             raise _busy()
-        try:
+
+        async def write() -> tuple[asyncpg.Record, list[Recorded], asyncpg.Record]:
             async with pool.acquire() as conn, conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
                 found = await conn.fetchrow(_FIND, notification_id, tenant_id)
@@ -122,6 +124,10 @@ async def report_engagement(
                 row = await conn.fetchrow(
                     _ROW, notification_id, event.type.value, link, tenant_id, found["created_at"]
                 )
+                return found, recorded, row
+
+        try:  # refused as its day moved out of a default partition: written again
+            found, recorded, row = await once_more_if_moved(write)
         except asyncpg.LockNotAvailableError:
             raise _busy() from None
     count_recorded(recorded, found["channel"])

@@ -26,8 +26,9 @@ from api.engagement import count_recorded
 from api.engagement_gate import LOCK_TIMEOUT_MS, EngagementGate
 from api.errors import ApiError
 from clarion import metrics
+from clarion.missing_days import once_more_if_moved
 from clarion.tracking_tokens import InvalidToken, TrackingClaims, verify_tracking_token
-from core.engagement import EngagementEvent, record_engagement
+from core.engagement import EngagementEvent, Recorded, record_engagement
 from schema.enums import EngagementType
 
 PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7")  # 1x1 transparent GIF
@@ -75,12 +76,13 @@ async def record_hit(
         if not mine:
             metrics.TRACKING_HITS_UNRECORDED.labels("busy").inc()
             return
-        try:
+
+        async def write() -> tuple[asyncpg.Record, list[Recorded]] | None:
             async with pool.acquire() as conn, conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
                 found = await conn.fetchrow(_FIND, claims.notification_id, claims.tenant_id)
                 if found is None:
-                    return
+                    return None
                 event = EngagementEvent(
                     tenant_id=claims.tenant_id,
                     notification_id=claims.notification_id,
@@ -90,8 +92,14 @@ async def record_hit(
                     source="email_tracking",
                     link=claims.link or "",
                 )
-                recorded = await record_engagement(conn=conn, events=[event])
+                return found, await record_engagement(conn=conn, events=[event])
+
+        try:  # refused as its day moved out of a default partition: written again
+            written = await once_more_if_moved(write)
         except asyncpg.LockNotAvailableError:
             metrics.TRACKING_HITS_UNRECORDED.labels("locked").inc()
             return
+    if written is None:
+        return
+    found, recorded = written
     count_recorded(recorded, found["channel"])
