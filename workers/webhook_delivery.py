@@ -32,7 +32,7 @@ from workers.breaker import CircuitBreaker, CircuitOpen
 from workers.record import until_done
 from workers.webhook_claim import ClaimedDelivery, claim
 from workers.webhook_record import RetryPolicy, record_deferred, record_result
-from workers.webhook_retention import maintain
+from workers.webhook_retention import maintain, make_days
 from workers.webhook_send import call, new_client
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ class WebhookDeliverer:
         self.resolver = Resolver(threads=4 * settings.concurrency, per_key=settings.per_tenant, per_host=2)
 
     async def run(self) -> None:
+        await self._make_days()
         maintainer = asyncio.create_task(self._maintain_hourly())
         try:
             while True:
@@ -161,6 +162,16 @@ class WebhookDeliverer:
         if disabled:
             metrics.WEBHOOK_ENDPOINTS_DISABLED.inc()
             log.warning("webhook endpoint %s disabled after its failure streak", delivery.endpoint_id)
+
+    async def _make_days(self) -> None:
+        """Today's and tomorrow's partitions before the first claim (``webhook_retention``: none of
+        the deliveries this process sends is then moved out of a default partition under it)."""
+        try:
+            await make_days(pool=self.pool, today=dt.datetime.now(dt.UTC).date())
+        except Exception as exc:  # the database away, the default held by a long reader: claim anyway
+            log.warning(
+                "webhook partitions not made before the first claim (%s: %s)", type(exc).__name__, exc
+            )
 
     async def _maintain_hourly(self) -> None:
         while True:

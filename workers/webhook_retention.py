@@ -1,8 +1,17 @@
 """Daily partitions of the webhook log and delivery queue: days ahead created, expired days dropped.
 
-Both tables grow with every send (``core.webhook_events``). ``clarion webhooks`` runs
-``maintain`` at start and every hour (several processes may: every step is idempotent). A day of
-``webhook_deliveries`` still holding a pending delivery is kept whole until it is done.
+Both tables grow with every send (``core.webhook_events``). ``clarion webhooks`` makes today's
+and tomorrow's days before its first claim (``make_days``), then runs ``maintain`` at once and
+every hour (several processes may: every step is idempotent). A day of ``webhook_deliveries``
+still holding a pending delivery is kept whole until it is done.
+
+A row of a day without its partition lands in the default partition (a fresh install, whose
+migration made only the defaults; the process stopped for days), and making the day moves it out:
+a record of a call racing that move has to run again (``webhook_record._update_ours``), and a
+write queueing an event then is refused and tried again (an engagement report:
+``clarion.missing_days.once_more_if_moved``; the worker's record: ``until_done``). Made before the
+first claim, the days are there before any delivery of them is sent, and while the process runs
+no delivery is queued into a default.
 
 A delivery to an enabled endpoint is done within its retries (15 calls, about 5 hours of backoff), but
 a disabled endpoint's deliveries wait for it to be enabled again, for ever: a tenant that disabled
@@ -33,6 +42,16 @@ UPDATE webhook_deliveries d
  WHERE d.state = 'pending' AND d.created_at < $1
    AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = d.endpoint_id AND e.enabled)
 """
+
+
+async def make_days(*, pool: asyncpg.Pool, today: dt.date, days_ahead: int = 1) -> list[str]:
+    """Create today's partition of both tables and ``days_ahead`` more, dropping nothing (what
+    ``clarion webhooks`` does before its first claim); returns the names created."""
+    created: list[str] = []
+    async with pool.acquire() as conn:
+        for parent in PARENTS:
+            created += await ensure_ahead(conn, parent=parent, today=today, days_ahead=days_ahead)
+    return created
 
 
 async def maintain(*, pool: asyncpg.Pool, today: dt.date, retention_days: int) -> list[str]:

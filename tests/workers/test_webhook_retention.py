@@ -6,6 +6,7 @@ upkeep moves its row out of the default partition is kept, as is an endpoint's e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
 from uuid import UUID
@@ -13,16 +14,19 @@ from uuid import UUID
 import asyncpg
 import pytest
 
+import workers.webhook_delivery
 from api.webhook_endpoints import EndpointPatch, update_endpoint
 from clarion.pg import create_pool
+from clarion.retry_settings import BreakerSettings
 from core import ssrf
 from core.webhook_events import PARKED_AT
 from harness.services import drop_database, fresh_database, wait_until
 from schema.db import create_engine
 from schema.partitions import ensure_ahead, existing_days
-from workers.webhook_claim import claim
+from workers.webhook_claim import ClaimedDelivery, claim
+from workers.webhook_delivery import DeliverySettings, WebhookDeliverer
 from workers.webhook_record import RetryPolicy, record_result
-from workers.webhook_retention import DAYS_AHEAD, maintain
+from workers.webhook_retention import DAYS_AHEAD, PARENTS, maintain
 from workers.webhook_send import CallResult
 
 TODAY = dt.date(2026, 11, 25)
@@ -191,3 +195,38 @@ async def test_an_endpoint_enabled_while_the_upkeep_moves_its_parked_deliveries_
     )
     assert row is not None and row["part"] == f"webhook_deliveries_p{TODAY:%Y%m%d}"
     assert row["next_attempt_at"] < dt.datetime(9999, 1, 1, tzinfo=dt.UTC)  # due, no longer parked
+
+
+async def test_clarion_webhooks_makes_today_and_tomorrow_before_its_first_claim(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh install has only the webhook tables' default partitions (migration 0008). Before,
+    the process's first upkeep ran beside its first claims: what was queued meanwhile went into
+    the defaults, and making the day moved it under the claims and records (the two tests above)."""
+    days_at_first_claim: dict[str, list[dt.date]] = {}
+    claimed = asyncio.Event()
+
+    async def first_claim(**_: object) -> list[ClaimedDelivery]:
+        if not claimed.is_set():
+            async with pool.acquire() as conn:
+                for parent in PARENTS:
+                    days_at_first_claim[parent] = await existing_days(conn, parent=parent)
+            claimed.set()
+        return []
+
+    monkeypatch.setattr(workers.webhook_delivery, "claim", first_claim)
+    today = dt.datetime.now(dt.UTC).date()
+    settings = DeliverySettings(
+        concurrency=1, per_tenant=1, lease_s=60.0, timeout_s=1.0, poll_interval_s=0.05, retention_days=7,
+        allow=ssrf.AllowList.parse([]), policy=POLICY, breaker=BreakerSettings(enabled=False),
+    )  # fmt: skip
+    deliverer = WebhookDeliverer(pool=pool, settings=settings)
+    run = asyncio.create_task(deliverer.run())
+    try:
+        await asyncio.wait_for(claimed.wait(), 30)
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+    tomorrow = today + dt.timedelta(days=1)
+    assert days_at_first_claim == {parent: [today, tomorrow] for parent in PARENTS}
