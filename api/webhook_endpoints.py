@@ -244,9 +244,18 @@ async def _settle_pending(conn: AsyncConnection, *, tenant_id: str, endpoint_id:
     """Before disabling or deleting the endpoint: park or cancel its pending deliveries, then wait
     for the deliveries being queued to it now (``core.webhook_events.LOCK_ENDPOINT``), which the
     caller's park or cancel after its change then takes too. The backlog is settled first so the
-    endpoint is held only while the few queued meanwhile are: the worker's record of a batch,
-    queueing to it, waits that long."""
-    mine = (await conn.execute(sa.select(_endpoints.c.id).where(_mine(tenant_id, endpoint_id)))).first()
+    endpoint is held ``FOR UPDATE`` only while the few queued meanwhile are: the worker's record of a
+    batch, queueing to it, waits that long.
+
+    The endpoint's row is taken first, ``FOR NO KEY UPDATE`` (no enqueue waits for it), as every
+    writer of an endpoint and its deliveries does (``workers.webhook_record``, lock order): parking
+    first, this held deliveries a record of a call waited to write while holding the endpoint this
+    then waited for, a deadlock PostgreSQL broke by cancelling one of them."""
+    mine = (
+        await conn.execute(
+            sa.select(_endpoints.c.id).where(_mine(tenant_id, endpoint_id)).with_for_update(key_share=True)
+        )
+    ).first()
     if mine is None:
         raise _not_found(endpoint_id)
     await conn.exec_driver_sql(settle, (endpoint_id,))

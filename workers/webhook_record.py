@@ -14,6 +14,16 @@ A result is written only while the delivery is still this caller's (same ``attem
 pending): after a lease expired and another process took it, that process's result counts. A
 result is never lost to the partition upkeep moving the delivery's row out of the default
 partition (``_update_ours``).
+
+Lock order: the endpoint's row before any of its deliveries', here and in the tenant's disable,
+delete and enable (``api.webhook_endpoints``); a write of one delivery alone (a success while the
+endpoint has no streak, a deferral, the claim with ``SKIP LOCKED``) waits for no endpoint. Before
+(2026-11-29), a record wrote its delivery first: a failure that disabled the endpoint parked its
+deliveries holding the endpoint, and waited for one whose record held that delivery and waited
+for the endpoint. PostgreSQL broke the deadlock after ``deadlock_timeout`` (1 s) by cancelling one
+record, which ``until_done`` wrote again. The tenant's disable and delete parked or cancelled
+before taking the endpoint; beside a record taking it first, they now take it first too
+(``tests/workers/test_webhook_record_locks.py`` forces both interleavings).
 """
 
 from __future__ import annotations
@@ -97,24 +107,25 @@ class RetryPolicy:
 async def record_result(
     *, pool: asyncpg.Pool, delivery: ClaimedDelivery, result: CallResult, policy: RetryPolicy
 ) -> bool:
-    """Write ``result`` (one transaction); returns True when this failure disabled the endpoint."""
+    """Write ``result`` (one transaction, the endpoint's row locked before the delivery's); returns
+    True when this failure disabled the endpoint."""
     key = (delivery.id, delivery.created_at)
     async with pool.acquire() as conn, conn.transaction():
         if result.ok:
-            await _update_ours(conn, DELIVERED, *key, result.status)
             await conn.execute(ENDPOINT_OK, delivery.endpoint_id)
+            await _update_ours(conn, DELIVERED, *key, result.status)
             return False
         error = storable(result.error, 500)
-        delay_s = policy.backoff_s(delivery.attempts, result.retry_after_s)
-        await _update_ours(
-            conn, FAILED, *key, delivery.attempts, policy.max_attempts, delay_s, result.status, error
-        )
         disabled = await conn.fetchval(
             ENDPOINT_FAILED,
             delivery.endpoint_id,
             policy.disable_after_failures,
             policy.disable_after_s,
             error or "unknown error",
+        )
+        delay_s = policy.backoff_s(delivery.attempts, result.retry_after_s)
+        await _update_ours(
+            conn, FAILED, *key, delivery.attempts, policy.max_attempts, delay_s, result.status, error
         )
         if disabled:
             await park_queued(conn, endpoint_id=delivery.endpoint_id)
@@ -123,9 +134,10 @@ async def record_result(
 
 async def park_queued(conn: asyncpg.Connection, *, endpoint_id: UUID) -> None:
     """Park the endpoint's pending deliveries, those being queued to it now included, as the
-    tenant's disable does (``api.webhook_endpoints._settle_pending``): the backlog first, then the
-    endpoint ``FOR UPDATE`` (``LOCK_ENDPOINT``: it waits for every enqueue and replay holding it
-    ``FOR KEY SHARE``, and those after it see it disabled and queue nothing), then what they queued.
+    tenant's disable does (``api.webhook_endpoints._settle_pending``), the caller holding the
+    endpoint's row already (lock order): the backlog first, then the endpoint ``FOR UPDATE``
+    (``LOCK_ENDPOINT``: it waits for every enqueue and replay holding it ``FOR KEY SHARE``, and
+    those after it see it disabled and queue nothing), then what they queued.
     Before, the failure that disabled the endpoint parked only what had committed: deliveries a
     worker's record was queueing to it in that instant stayed due for a disabled endpoint."""
     await conn.execute(PARK_PENDING, endpoint_id)
