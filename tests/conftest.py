@@ -25,20 +25,27 @@ from harness.services import ApiServer, api_client, drop_database, fresh_databas
 from harness.tenants import TenantInfo, make_tenant
 from schema.db import create_engine
 from schema.enums import Channel
+from schema.partitions import ensure_ahead
 from tests.fixtures.webhooks import local, local_api  # noqa: F401 - fixtures, shared by the webhook tests
 from workers.app import Worker
+from workers.webhook_retention import PARENTS as WEBHOOK_TABLES
 
 
 @pytest.fixture(scope="session")
 async def database_url() -> AsyncIterator[str]:
     """The session's database, its log reaching back to yesterday as an install running since
     then would: tests date rows up to an hour back, which after midnight is yesterday (a run
-    started at 00:24 found them in the default partition)."""
+    started at 00:24 found them in the default partition). Its webhook tables too, as ``clarion
+    webhooks`` running since then keeps them: with only their defaults (migration 0008), every
+    test's deliveries went there until a test's sender made the day and moved them, under the
+    writers of that moment."""
     url = await fresh_database()
     yesterday = datetime.now(UTC).date() - timedelta(days=1)
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         await maintain(conn=conn, today=yesterday, retention_days=30, partitions_ahead=8)
+        for parent in WEBHOOK_TABLES:
+            await ensure_ahead(conn, parent=parent, today=yesterday, days_ahead=8)
     finally:
         await conn.close()
     yield url
