@@ -37,12 +37,12 @@ The order of one run's steps, and what a stop between two of them leaves:
    retention does anyway a day later;
 2. a day of ``notifications`` detached ``CONCURRENTLY`` (a stop inside it leaves the day detach
    pending: the next run finishes the detach);
-3. the same day of ``engagement`` (``goes_with_log``) detached, only once no partition of
-   ``notifications`` covers it (``detach_followers``): a stop between 2 and 3 leaves that
-   engagement day with its notifications gone until the next run, never a kept day of
-   notifications without its engagement;
-4. ``delivery_attempts``, ``sandbox_messages`` and ``analytics_hourly`` detached on their own
-   retention;
+3. the same day of ``engagement`` and of ``analytics_hourly`` (``goes_with_log``) detached, only
+   once no partition of ``notifications`` covers it (``detach_followers``): a stop between 2 and 3
+   leaves those days with their notifications gone until the next run, never a kept day of
+   notifications without its engagement or its counts;
+4. ``delivery_attempts`` and ``sandbox_messages`` detached on their own retention (by the
+   worker's clock, not the notification's day);
 5. every detached day past retention dropped, in the same table order (``detached_leftovers``):
    a stop before or among these drops leaves detached tables no query sees, which the next run
    finds by name and drops (after a crash too: nothing but the catalogue remembers them).
@@ -120,7 +120,10 @@ LOG_TABLES = (
     ),
     LogTable("delivery_attempts", None),
     LogTable("sandbox_messages", None),
-    LogTable("analytics_hourly", None),  # hourly rollups, by the hour a notification was accepted
+    # Hourly rollups, by the hour a notification was accepted: a send scheduled a month out is
+    # counted when it is recorded, into its day, kept as long as the send is (dropped on their own
+    # retention, such a count went to the default partition for good).
+    LogTable("analytics_hourly", None, goes_with_log=True),
 )
 
 

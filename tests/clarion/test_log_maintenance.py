@@ -130,12 +130,13 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
 
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
 
-    # Attempts, sandbox messages and rollups keep no day alive: a scheduled send has none yet. The
+    # Attempts and sandbox messages keep no day alive (a scheduled send has none yet; they are
+    # stamped by the worker's clock); its rollups' day is kept for the count its outcome adds. The
     # keys' week is kept whole for the scheduled send's key; the key of "done" outlives its
     # notification with it (a repeat of it answers as one of a notification no longer kept).
     assert sorted(ours(report.dropped, since=old - 6 * DAY)) == sorted(
         [partition_name(t, older) for t in DAILY]
-        + [partition_name(t, old) for t in ("delivery_attempts", "sandbox_messages", "analytics_hourly")]
+        + [partition_name(t, old) for t in ("delivery_attempts", "sandbox_messages")]
     )
     kept = await conn.fetch("SELECT event_id, status FROM notifications WHERE created_at < $1", at(today))
     assert [(r["event_id"], r["status"]) for r in kept] == [("next-month", "scheduled")]
@@ -143,10 +144,10 @@ async def test_retention_drops_old_days_but_keeps_a_day_holding_a_scheduled_send
     # Once it is sent, the next run drops its day too.
     await conn.execute("UPDATE notifications SET status = 'sent' WHERE event_id = 'next-month'")
     report = await maintain(conn=conn, today=today, retention_days=30, partitions_ahead=7)
-    # Its engagement goes right after it (never before: schema.partition_drops.detach_followers).
+    # Its engagement and rollups go right after it (never before: partition_drops.detach_followers).
     assert ours(report.dropped, since=old - 6 * DAY) == [
         partition_name("notification_keys", old - 6 * DAY),
-        *(partition_name(t, old) for t in ("notifications", "engagement")),
+        *(partition_name(t, old) for t in ("notifications", "engagement", "analytics_hourly")),
     ]
     assert await conn.fetchval("SELECT count(*) FROM notifications WHERE created_at < $1", at(today)) == 0
 
