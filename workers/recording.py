@@ -7,11 +7,12 @@ and were then sent again. The chaos worker-crash scenario (``python -m chaos cra
 under a backlog of full batches, 2026-11-29) counted 305, 315 and 70 such duplicates of 20,000
 (8, 11 and 17 kills), each a clump of the calls made in the last ~0.1-0.3 s before a kill.
 
-``Recording`` takes each outcome as it comes and records what has come every ``every_s`` (and
-what is left at the end), one ``record`` transaction each, retried until done (``until_done``):
-a worker killed mid-batch now loses at most the outcomes of its last ``every_s`` and of the calls
-in flight. A batch delivered within ``every_s`` is still one record: the extra statements come only
-with slow or large batches, at most one per ``every_s`` per lane. ``bench.e2e --seconds 20``
+``Recording`` takes each outcome as it comes and records what has come every ``every_s`` (at
+once after a record that took longer; and what is left at the end), one ``record`` transaction
+each, retried until done (``until_done``): a worker killed mid-batch now loses at most the
+outcomes of its last ``every_s``, of the record in progress and of the calls in flight. A batch
+delivered within ``every_s`` is still one record: the extra statements come only with slow or
+large batches, at most one per ``every_s`` per lane. ``bench.e2e --seconds 20``
 (2026-11-29, alternated, a shared machine) with 50 ms against recording at the batch's end: a
 provider call's time unrecorded p99 71 / 65 ms against 147 / 168 ms (p50 13 / 12 against 13 /
 18 ms), worker CPU per notification 0.303 / 0.342 against 0.307 / 0.356 ms, PostgreSQL 0.315 /
@@ -68,8 +69,13 @@ class Recording:
         await self._write()
 
     async def _tick(self) -> None:
+        # Records start every_s apart, or at once after one that took longer: what came during a
+        # long record (a 500-outcome one, in a backlog) is not left waiting every_s more.
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._every_s
         while True:
-            await asyncio.sleep(self._every_s)
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = loop.time() + self._every_s
             if self._pending:
                 self._flush = asyncio.create_task(self._write())
                 await asyncio.shield(self._flush)
