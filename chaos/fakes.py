@@ -1,6 +1,7 @@
 """Provider fakes as separate processes, with a storm knob and a ledger of what they received.
 
-``python -m chaos.fakes sendgrid|twilio --port N [--p5xx 0.3 --p429 0.05 --ptimeout 0.02]`` serves
+``python -m chaos.fakes sendgrid|twilio --port N [--p5xx 0.3 --p429 0.05 --ptimeout 0.02
+--latency-s 0.2]`` serves
 the protocol-faithful fake from ``harness.fakes`` and answers a random share of calls with a 5xx, a
 429 with ``Retry-After``, or a hang followed by a 504 (the client has given up by then: nothing is
 delivered). ``GET /_chaos/ledger`` returns, per delivery key (SendGrid: the
@@ -59,9 +60,13 @@ def delivery_key(kind: str, recorded: RecordedRequest) -> str:
 class Storm:
     """Draws a forced failure for a share of calls (independently per call)."""
 
-    def __init__(self, *, p5xx: float, p429: float, ptimeout: float, timeout_s: float, retry_after_s: float):
+    def __init__(
+        self, *, p5xx: float, p429: float, ptimeout: float, timeout_s: float, retry_after_s: float,
+        latency_s: float = 0.0,
+    ):  # fmt: skip
         self.p5xx, self.p429, self.ptimeout = p5xx, p429, ptimeout
         self.timeout_s, self.retry_after_s = timeout_s, retry_after_s
+        self.latency_s = latency_s  # every call's own time before its answer, as a real API takes
 
     def draw(self) -> Forced | None:
         r = random.random()
@@ -122,6 +127,8 @@ def build(kind: str, port: int, storm: Storm, api_key: str | None) -> AiohttpFak
                 ledger.max_in_flight = max(ledger.max_in_flight, ledger.in_flight)
                 _current.set(request)
                 try:
+                    if storm.latency_s:
+                        await asyncio.sleep(storm.latency_s)
                     response = await handler(request)
                 except asyncio.CancelledError:  # the client hung up mid-call: never delivered
                     recorded = request.get("chaos_recorded")
@@ -160,6 +167,7 @@ def main() -> None:
     parser.add_argument("--ptimeout", type=float, default=0.0)
     parser.add_argument("--timeout-s", type=float, default=3.0, help="how long a forced timeout hangs")
     parser.add_argument("--retry-after-s", type=float, default=1.0, help="Retry-After of a forced 429")
+    parser.add_argument("--latency-s", type=float, default=0.0, help="every call's time before its answer")
     args = parser.parse_args()
     storm = Storm(
         p5xx=args.p5xx,
@@ -167,6 +175,7 @@ def main() -> None:
         ptimeout=args.ptimeout,
         timeout_s=args.timeout_s,
         retry_after_s=args.retry_after_s,
+        latency_s=args.latency_s,
     )
 
     serve_until_killed(lambda: build(args.kind, args.port, storm, args.api_key))

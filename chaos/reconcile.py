@@ -41,6 +41,7 @@ class Reconciliation:
     provider_calls: int = 0
     duplicates: int = 0
     duplicates_explained: int = 0
+    duplicates_by_channel: Counter[str] = field(default_factory=Counter)
     reclaimed: int = 0  # claimed again after a lease expired (its worker died or stalled mid-send)
     latencies_s: list[float] = field(default_factory=list)
     # accept -> queued (outbox publish), queued -> claimed (broker + consumer), claimed -> provider,
@@ -78,6 +79,7 @@ class Reconciliation:
             "delivered_but_not_sent_in_log": len(self.delivered_not_sent),
             "duplicates": self.duplicates,
             "duplicates_explained_by_lease_window": self.duplicates_explained,
+            "duplicates_by_channel": dict(self.duplicates_by_channel),
             "duplicate_rate": round(self.duplicate_rate, 6),
             "reclaimed_after_lease_expiry": self.reclaimed,
             "latency_p50_s": _round(self.latency(0.5)),
@@ -120,7 +122,7 @@ def read_accepted(path: Path) -> dict[str, str]:
 
 
 LOG = f"""
-SELECT n.id::text AS id, n.event_id, {SHOWN_STATUS_SQL} AS status, n.created_at, n.history, n.queued_at,
+SELECT n.id::text AS id, n.event_id, n.channel, {SHOWN_STATUS_SQL} AS status, n.created_at, n.history, n.queued_at,
        n.error_code, n.error_message, n.attempts, u.phone
   FROM notifications n JOIN users u ON u.id = n.user_id
  WHERE n.tenant_id = $1
@@ -194,6 +196,7 @@ async def reconcile(
         rec.reclaimed += after_expiry
         if n > 1:
             rec.duplicates += n - 1
+            rec.duplicates_by_channel[row["channel"]] += n - 1
             if after_expiry:
                 rec.duplicates_explained += n - 1
         if row["status"] != "sent" and len(rec.not_sent) < 20:
