@@ -9,7 +9,9 @@ One transaction held every notification a batch named until its last event was r
 batch of 25,000 opens of 1,000 emails took 15.7 s (2026-11-29, a statement or more per event), and
 every other writer of those 1,000 rows, of any tenant, waited that long or was refused. A chunk
 holds its rows for a chunk's time; a batch refused part way (``429 callback_busy``) has its chunks
-so far recorded, and SendGrid's retry of it records the rest (each event once: its marker).
+so far recorded, and SendGrid's retry of it records the rest (each event once: its marker). Since,
+a batch's body is at most 1 MiB (SendGrid posts at 768 KB: ``api.routes.webhooks``), and its
+engagement is recorded a chunk in a few statements (``core.engagement``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 from uuid import UUID
 
 import httpx
@@ -152,6 +154,52 @@ async def test_an_event_batch_larger_than_a_send_body_is_accepted(
 
     assert response.status_code == 200, response.text
     assert response.json()["ignored"] == 400
+
+
+def _batch_of(size_bytes: int, events: list[dict[str, Any]], padding: dict[str, Any]) -> bytes:
+    """``events``, then ``padding`` (a SendGrid event) grown to make the batch ``size_bytes`` long."""
+    padding = {**padding, "useragent": ""}
+    fill = size_bytes - len(json.dumps([*events, padding]).encode())
+    payload = json.dumps([*events, {**padding, "useragent": "x" * fill}]).encode()
+    assert len(payload) == size_bytes
+    return payload
+
+
+async def test_a_batch_past_sendgrids_documented_size_is_recorded_and_one_well_past_it_is_a_413(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo, client: httpx.AsyncClient
+) -> None:
+    """SendGrid posts a batch once it reaches 768 KB (its Event Webhook guide): one that ends a
+    little past that is recorded; one half as large again (1.2 MB, what SendGrid does not send) is
+    refused before it is read, with nothing changed, whether it says its length or comes in chunks."""
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    email = f"{external_id}@example.com"
+    processed = [event(nid, "processed", email) for _ in range(2000)]
+    documented = _batch_of(800_000, [*processed, event(nid, "deferred", email)], event(nid, "open", email))
+    over = _batch_of(
+        1_200_000,
+        [*processed, event(nid, "bounce", email, type="bounce", reason="550 5.1.1")],
+        event(nid, "open", email),
+    )
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for at in range(0, len(over), 64 * 1024):
+            yield over[at : at + 64 * 1024]
+
+    async with httpx.AsyncClient(base_url=hooks.server.url, timeout=30) as sender:
+        recorded = await sender.post(
+            SENDGRID_PATH, content=documented, headers=hooks.sendgrid.signed_headers(documented)
+        )
+        refusals = [
+            await sender.post(SENDGRID_PATH, content=body, headers=hooks.sendgrid.signed_headers(over))
+            for body in (over, chunked())
+        ]
+
+    assert recorded.status_code == 200, recorded.text
+    assert (recorded.json()["recorded"], recorded.json()["ignored"]) == (2, 2000)  # deferred, open
+    for refused in refusals:
+        assert_error(refused, 413, "payload_too_large")
+    assert provider_transitions(await view(client, nid)) == ["deferred"]
+    assert await opt_outs(client, external_id) == []
 
 
 async def test_a_signed_batch_nested_past_the_parsers_limit_is_a_400(hooks: Hooks) -> None:
