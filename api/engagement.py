@@ -15,6 +15,7 @@ Errors (``ApiError``)::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
@@ -43,10 +44,10 @@ SELECT type, link, first_at, last_at, count, source FROM engagement
 
 
 def count_recorded(recorded: Sequence[Recorded], channel: str) -> None:
-    """``clarion_engagement_events_total`` for the events counted (replays are not)."""
-    for r in recorded:
-        if r.counted:
-            metrics.ENGAGEMENT_EVENTS.labels(channel, r.event.type.value).inc()
+    """``clarion_engagement_events_total`` for the events counted (replays are not), one increment
+    per type (a SendGrid chunk counts up to 500: 4.5 us each, on the event loop)."""
+    for kind, n in Counter(r.event.type.value for r in recorded if r.counted).items():
+        metrics.ENGAGEMENT_EVENTS.labels(channel, kind).inc(n)
 
 
 def clamp(at: datetime | None, *, created_at: datetime, now: datetime) -> datetime:

@@ -8,7 +8,7 @@ counts no more, and each past that was two statements for nothing), the opt-outs
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,15 @@ SENDGRID_ENGAGEMENT = {
     "group_unsubscribe": EngagementType.unsubscribed,
     "spamreport": EngagementType.complained,
 }
+
+
+def count_tally(tally: Counter[tuple[str, str]]) -> None:
+    """``clarion_provider_webhook_events_total`` for a batch's events, once per (event, result): a
+    labelled increment per event (4.5 us each) made a replayed batch of 2,000 events 54 ms of the
+    API's event loop, 50 ms so (process_time, median of 20 replays, two alternated runs), and
+    under a flood of such batches every other request waits for the loop."""
+    for (event, result), n in tally.items():
+        count_event("sendgrid", event, result, n)
 
 
 def _event_marker(event: dict[str, Any]) -> str | None:
@@ -127,9 +136,10 @@ def _engagement(
 @dataclass
 class Fold:
     """What a batch (or a chunk of it) does to the notifications it names, gathered before it is
-    written; ``result`` may be shared by the chunks of one batch."""
+    written; ``result`` may be shared by the chunks of one batch, ``tally`` is this fold's own."""
 
     result: WebhookResult = field(default_factory=WebhookResult)
+    tally: Counter[tuple[str, str]] = field(default_factory=Counter)  # (event, result): see ``count_tally``
     ids: list[UUID] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     engaged: list[EngagementEvent] = field(default_factory=list)
@@ -157,23 +167,23 @@ class Fold:
                 seen_here = taken[engaged.type, cut_link(engaged.link)]
                 if marker is not None and marker in seen_here:  # the row counts it once at most
                     self.result.duplicate += 1
-                    count_event("sendgrid", event["event"], "duplicate")
+                    self.tally[event["event"], "duplicate"] += 1
                     continue
                 if len(seen_here) >= MAX_COUNTED:
                     # The row counts no more than MAX_COUNTED: the rest would be two statements each.
                     self.result.ignored += 1
-                    count_event("sendgrid", event["event"], "ignored")
+                    self.tally[event["event"], "ignored"] += 1
                     continue
                 seen_here.add(marker if marker is not None else object())
                 self.engaged.append(engaged)
                 continue
             if marker is not None and marker in seen:
                 self.result.duplicate += 1
-                count_event("sendgrid", event["event"], "duplicate")
+                self.tally[event["event"], "duplicate"] += 1
                 continue
             if room <= 0:
                 self.result.ignored += 1
-                count_event("sendgrid", event["event"], "ignored")
+                self.tally[event["event"], "ignored"] += 1
                 continue
             room -= 1
             detail = _event_detail(event, marker)
@@ -181,7 +191,7 @@ class Fold:
                 seen.add(marker)
             transitions.append({"status": event["event"], "at": now_iso(), "detail": detail})
             self.result.recorded += 1
-            count_event("sendgrid", event["event"], "recorded")
+            self.tally[event["event"], "recorded"] += 1
             engaged = _engagement(event, row, marker, now)
             if engaged is not None:
                 self.engaged.append(engaged)

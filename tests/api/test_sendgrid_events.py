@@ -17,8 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.sendgrid_events import MAX_HISTORY_EVENTS, MAX_REASON_CHARS
 from core.engagement import MAX_COUNTED
 from harness.fakes.sendgrid import FakeSendGrid
-from tests.conftest import TenantInfo
-from tests.fixtures.answers import assert_error
+from harness.services import api_client
+from tests.conftest import METRICS_TOKEN, TenantInfo
+from tests.fixtures.answers import assert_error, scrape
 from tests.fixtures.hooked_api import hooks_fixture, opt_outs, provider_transitions  # noqa: F401 - hooks
 from tests.fixtures.hooks import SENDGRID_PATH, Hooks, event, sent_notification, view
 
@@ -269,3 +270,40 @@ async def test_a_new_open_after_many_repeats_of_one_in_its_batch_is_counted(
     assert (answer["recorded"], answer["ignored"], answer["duplicate"]) == (2, 0, MAX_COUNTED + 4)
     opened = [e for e in (await view(client, nid))["engagement"] if e["type"] == "opened"]
     assert [e["count"] for e in opened] == [2]
+
+
+async def test_a_batchs_events_are_in_the_metric_by_event_and_result(
+    hooks: Hooks, engine: AsyncEngine, tenant: TenantInfo
+) -> None:
+    """Counted once per batch and (event, result), not an increment per event: the counts add up."""
+    nid, external_id = await sent_notification(engine, tenant, channel="email")
+    email = f"{external_id}@example.com"
+    deferred, opened = event(nid, "deferred", email), event(nid, "open", email)
+    batch = [deferred, deferred, event(nid, "deferred", email), opened, opened, opened]
+    batch += [event(nid, "click", email, url="https://a.example/"), event(None, "spamreport", email)]  # type: ignore[arg-type]
+    wanted = {
+        ("deferred", "recorded"): 2, ("deferred", "duplicate"): 1, ("open", "recorded"): 1,
+        ("open", "duplicate"): 2, ("click", "recorded"): 1, ("spamreport", "unknown"): 1,
+    }  # fmt: skip
+
+    async with api_client(hooks.server.url, METRICS_TOKEN) as scraper:
+
+        async def counts() -> dict[tuple[str, str], float]:
+            text = (await scraper.get("/metrics")).text
+            return {
+                (kind, result): scrape(
+                    text,
+                    "clarion_provider_webhook_events_total",
+                    provider="sendgrid",
+                    event=kind,
+                    result=result,
+                )
+                for kind, result in wanted
+            }
+
+        before = await counts()
+        answer = await hooks.events(batch)
+        after = await counts()
+
+    assert answer.status_code == 200, answer.text
+    assert {k: after[k] - before[k] for k in wanted} == wanted
