@@ -28,8 +28,9 @@ A batch is folded whole, in a handful of statements whatever its size: its rows 
 here in order, exactly as one at a time (a repeat of the batch's own marker is a replay, the cap
 counts the batch's own reports), then what was counted is written at once, with the rollups' first
 events and the webhook events. It was a statement or two per event: 25,000 opens of 1,000 emails
-took 11.6 s in SendGrid's turn (50 transactions of ~230 ms), and 2.0 s so (~35 ms each; its retry,
-every open a replay, 13.4 s and 0.8 s; ``python -m bench.sendgrid_batch``, 2026-11-30).
+held SendGrid's turn 11.6-16.3 s (50 transactions of 230-320 ms), and 1.7-2.9 s so (28-50 ms
+each); its retry, every open a replay, 13.4-21.9 s and 0.75-0.81 s (``python -m
+bench.sendgrid_batch``, three runs each, alternated, 2026-11-30).
 
 Errors: asyncpg errors pass through (the caller's transaction decides).
 """
