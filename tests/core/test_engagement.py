@@ -258,3 +258,18 @@ async def _waiting_on_a_lock(observer: asyncpg.Connection, waiter: asyncpg.Conne
         "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", waiter.get_server_pid()
     )
     return bool(state == "Lock")
+
+
+async def test_a_marker_of_any_text_is_kept_and_recognised(conn: asyncpg.Connection) -> None:
+    """Markers travel to the row as JSON: quotes, backslashes, escapes, a NUL, a lone surrogate and
+    one far past what a row keeps are each counted once and their replays recognised."""
+    nid = await _notification(conn)
+    hostile = ['"]}', "\\u0000\\", "a\x00b", "x\ud800y", "é" + "m" * 10_000, "[1, 2]", "null", ""]
+
+    first = await record_engagement(conn=conn, events=[_event(nid, m) for m in hostile])
+    again = await record_engagement(conn=conn, events=[_event(nid, m) for m in hostile])
+
+    assert [r.counted for r in first] == [True] * len(hostile)  # "" is no marker: counted each time
+    assert [r.counted for r in again] == [False] * (len(hostile) - 1) + [True]
+    seen = await conn.fetchval("SELECT seen FROM engagement WHERE notification_id = $1", nid)
+    assert len(seen) == len(hostile) - 1 and max(len(m) for m in seen) == 200
