@@ -28,7 +28,7 @@ SendGrid batch recorded before the row it waited for: ``api.sendgrid_events``). 
 (two runs, the control 254 and 141 ms): 35 and 21 ms under the Twilio replays (all answered, 439 and
 717 a second), 47 and 23 ms under the batches about one email, 221 and 111 ms under the wide ones
 (about half of the batches refused as busy: a first wide batch is 2,000 engagement upserts, a
-statement each). Since 2026-11-30 a chunk's engagement is a few statements (``core.engagement``)
+statement each). Since 2026-11-29 (later) a chunk's engagement is a few statements (``core.engagement``)
 and a batch takes its turn before it is parsed (``api.sendgrid_events``): the other tenant's p99
 under the batches about one email 43-73 ms, all answered (64-145 a second; five runs), and under
 the wide ones 102-208 ms, a quarter to two fifths refused as busy (six runs; the control 49-133 ms).

@@ -30,7 +30,7 @@ counts the batch's own reports), then what was counted is written at once, with 
 events and the webhook events. It was a statement or two per event: 25,000 opens of 1,000 emails
 held SendGrid's turn 11.6-16.3 s (50 transactions of 230-320 ms), and 1.7-2.9 s so (28-50 ms
 each); its retry, every open a replay, 13.4-21.9 s and 0.75-0.81 s (``python -m
-bench.sendgrid_batch``, three runs each, alternated, 2026-11-30). One event alone (a tracking
+bench.sendgrid_batch``, three runs each, alternated, 2026-11-29). One event alone (a tracking
 hit, an API report) costs a round trip more than the one upsert it was: a row's first 0.9-1.1 ->
 1.5 ms, a repeat 0.6-0.7 -> 1.0 ms, a replay the same (a probe of 300 calls, two runs each).
 
@@ -97,7 +97,7 @@ def cut_link(link: str) -> str:
 # hashed every partition of the log, 234 ms for 500 keys against 30 days of 10,000 notifications,
 # 11 ms key by key; and with the tenant inside, a day not yet analyzed was searched by
 # (tenant_id, created_at), which a batch of sends shares: 110 ms for 500 keys of 2,000 such
-# notifications, 12 ms by the primary key (EXPLAIN ANALYZE, 2026-11-30).
+# notifications, 12 ms by the primary key (EXPLAIN ANALYZE, 2026-11-29).
 _CLAIM = """
 INSERT INTO engagement AS e (notification_id, type, link, tenant_id, notification_created_at,
                              first_at, last_at, count, source, seen)
