@@ -38,6 +38,7 @@ from api.sendgrid_fold import (
 )
 from api.sendgrid_signature import check_key, sendgrid_signature_valid
 from api.webhooks import WebhookResult, count_event, opt_out_all
+from clarion.missing_days import moved_out_of_default
 from core.engagement import Recorded, record_engagement
 from schema.enums import EngagementType
 from schema.ids import created_window
@@ -188,6 +189,13 @@ async def record_sendgrid_events(
                     try:
                         done = await _record_chunk(conn, chunk=chunk, wanted=wanted, fold=fold)
                     except asyncpg.LockNotAvailableError:
+                        count_event("sendgrid", "-", "busy")
+                        raise callback_busy() from None
+                    except asyncpg.CheckViolationError as exc:
+                        # Its engagement's day was moving out of a default partition: SendGrid
+                        # retries the 429, and the retry records what this chunk had, each event once.
+                        if not moved_out_of_default(exc):
+                            raise
                         count_event("sendgrid", "-", "busy")
                         raise callback_busy() from None
                     tally.update(fold.tally)

@@ -45,6 +45,7 @@ from api.callback_gate import LOCK_TIMEOUT_MS, CallbackGate, callback_busy
 from api.engagement import count_recorded
 from api.errors import ApiError
 from clarion import metrics
+from clarion.missing_days import once_more_if_moved
 from core.engagement import EngagementEvent, Recorded, record_engagement
 from core.preferences import record_opt_outs
 from providers import twilio
@@ -202,13 +203,22 @@ async def record_twilio_status(
                 # A report already recorded (a replay, or Twilio's repeat) is this one read: no lock.
                 row = await conn.fetchrow(_READ_SMS, sid, notification_id, *window)
                 if row is not None and not _reported(row):
-                    async with conn.transaction():
-                        await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
-                        row = await conn.fetchrow(_LOCK_SMS, sid, notification_id, *window)
-                        if row is not None and not _reported(row):
-                            result = await _record_sms(
-                                conn, row=row, form=form, sid=sid, status=status, code=code
+
+                    async def record() -> tuple[
+                        asyncpg.Record | None, tuple[WebhookResult, list[Recorded]] | None
+                    ]:
+                        async with conn.transaction():
+                            await conn.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                            locked = await conn.fetchrow(_LOCK_SMS, sid, notification_id, *window)
+                            if locked is None or _reported(locked):
+                                return locked, None
+                            return locked, await _record_sms(
+                                conn, row=locked, form=form, sid=sid, status=status, code=code
                             )
+
+                    # Twilio does not retry a refused callback: one refused because its engagement
+                    # day was moving out of a default partition is written again here.
+                    row, result = await once_more_if_moved(record)
         except asyncpg.LockNotAvailableError:
             count_event("twilio", status, "busy")
             raise callback_busy() from None

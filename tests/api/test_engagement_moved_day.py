@@ -18,20 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 from collections.abc import AsyncIterator
+from urllib.parse import urlencode
 from uuid import UUID
 
 import asyncpg
 import pytest
+from twilio.request_validator import RequestValidator
 
 import api.engagement
+import api.sendgrid_events
 import api.tracking
+import api.webhooks
+from api.callback_gate import CallbackGate
 from api.engagement import report_engagement
 from api.engagement_gate import EngagementGate
 from api.engagement_models import EngagementIn
+from api.errors import ApiError
+from api.sendgrid_events import record_sendgrid_events
 from api.tracking import record_hit
+from api.webhooks import WebhookResult, record_twilio_status
 from clarion.pg import create_pool
 from clarion.tracking_tokens import TrackingClaims
+from harness.fakes.sendgrid import SIGNATURE_HEADER, TIMESTAMP_HEADER, FakeSendGrid
 from harness.services import drop_database, fresh_database, wait_until
 from schema.partitions import ensure_ahead
 
@@ -149,3 +159,80 @@ async def test_a_tracked_open_waiting_for_its_day_to_move_out_of_the_default_is_
         ("clicked", f"engagement_p{DAY:%Y%m%d}"),
         ("opened", f"engagement_p{DAY:%Y%m%d}"),
     ]
+
+
+async def test_a_twilio_report_waiting_for_its_day_to_move_out_of_the_default_is_recorded(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twilio does not retry a refused status callback: refused, the delivery report was lost."""
+    monkeypatch.setattr(api.webhooks, "LOCK_TIMEOUT_MS", 30_000)
+    nid = await _notification(pool, late="engagement")
+    sid = "SM" + nid.hex
+    await pool.execute(
+        "UPDATE notifications SET channel = 'sms', status = 'sent', provider_message_id = $1, history = '[]'",
+        sid,
+    )
+    form = {"MessageSid": sid, "MessageStatus": "delivered", "AccountSid": "AC" + "0" * 32}
+    url = "https://clarion.example.com/v1/webhooks/twilio"
+    signature = RequestValidator("token").compute_signature(url, form)
+
+    async def report() -> WebhookResult:
+        return await record_twilio_status(
+            pool=pool, gate=CallbackGate.build(pool_size=4), auth_token="token", url=url,
+            body=urlencode(form).encode(), signature=signature,
+        )  # fmt: skip
+
+    async with pool.acquire() as mover, mover.transaction():
+        await ensure_ahead(mover, parent="engagement", today=DAY, days_ahead=0)
+        reported = asyncio.create_task(report())
+
+        async def waiting() -> bool:
+            return reported.done() or bool(await pool.fetchval(WAITING))
+
+        await wait_until(waiting, 15, 0.01)
+        assert not reported.done()  # it waits for the move
+    result = await reported
+
+    assert result.recorded == 1
+    rows = await pool.fetch("SELECT type, tableoid::regclass::text AS part FROM engagement")
+    assert [(r["type"], r["part"]) for r in rows] == [("delivered", f"engagement_p{DAY:%Y%m%d}")]
+
+
+async def test_a_sendgrid_batch_waiting_for_its_day_to_move_out_of_the_default_is_a_429_its_retry_records(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SendGrid retries a refused batch: the refusal is its 429 (not a 500), and the retry records
+    every event once."""
+    monkeypatch.setattr(api.sendgrid_events, "LOCK_TIMEOUT_MS", 30_000)
+    nid = await _notification(pool, late="engagement")
+    await pool.execute("UPDATE notifications SET channel = 'email', status = 'sent', history = '[]'")
+    await pool.execute("UPDATE users SET email = 'u@example.com'")
+    sendgrid = FakeSendGrid()
+    open_ = {"event": "open", "sg_event_id": "ev-1", "email": "u@example.com", "timestamp": 981201600}
+    payload = json.dumps([open_ | {"notification_id": str(nid)}]).encode()
+
+    async def batch() -> WebhookResult:
+        headers = sendgrid.signed_headers(payload)
+        return await record_sendgrid_events(
+            pool=pool, gate=CallbackGate.build(pool_size=4), public_key=sendgrid.public_key, payload=payload,
+            signature=headers[SIGNATURE_HEADER], timestamp=headers[TIMESTAMP_HEADER],
+        )  # fmt: skip
+
+    async with pool.acquire() as mover, mover.transaction():
+        await ensure_ahead(mover, parent="engagement", today=DAY, days_ahead=0)
+        posted = asyncio.create_task(batch())
+
+        async def waiting() -> bool:
+            return posted.done() or bool(await pool.fetchval(WAITING))
+
+        await wait_until(waiting, 15, 0.01)
+        assert not posted.done()  # it waits for the move
+    with pytest.raises(ApiError) as refused:
+        await posted
+    assert (refused.value.status, refused.value.code) == (429, "callback_busy")
+    assert await pool.fetchval("SELECT count(*) FROM engagement") == 0  # nothing of it kept
+
+    assert (await batch()).duplicate == 0
+    rows = await pool.fetch("SELECT type, count, tableoid::regclass::text AS part FROM engagement")
+    assert [tuple(r) for r in rows] == [("opened", 1, f"engagement_p{DAY:%Y%m%d}")]
+    assert (await batch()).duplicate == 1  # SendGrid's repeat of it counts nothing more
