@@ -84,16 +84,25 @@ async def create_key(
     return CreatedKey(key=key, **_out(row).model_dump())
 
 
+MAX_REVOKED_SHOWN = 100
+"""Revoked keys a listing shows, the most recently revoked. The cap counts unrevoked keys only, so
+a tenant creating and revoking keys in a loop would otherwise grow its listing without bound."""
+
+
 async def list_keys(*, engine: AsyncEngine, tenant_id: str) -> list[KeyOut]:
-    """Every key of the tenant, revoked ones included, oldest first; never a secret or its hash."""
+    """Every unrevoked key of the tenant and its ``MAX_REVOKED_SHOWN`` most recently revoked ones,
+    oldest first; never a secret or its hash."""
+    mine = _keys.c.tenant_id == tenant_id
+    unrevoked = sa.select(*_COLUMNS).where(mine, _keys.c.revoked_at.is_(None))
+    revoked = (
+        sa.select(*_COLUMNS)
+        .where(mine, _keys.c.revoked_at.is_not(None))
+        .order_by(_keys.c.revoked_at.desc(), _keys.c.id.desc())
+        .limit(MAX_REVOKED_SHOWN)
+    )
+    shown = sa.union_all(unrevoked, revoked).subquery()
     async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                sa.select(*_COLUMNS)
-                .where(_keys.c.tenant_id == tenant_id)
-                .order_by(_keys.c.created_at, _keys.c.id)
-            )
-        ).all()
+        rows = (await conn.execute(sa.select(shown).order_by(shown.c.created_at, shown.c.id))).all()
     return [_out(r) for r in rows]
 
 

@@ -27,7 +27,8 @@ async def create(body: KeyIn, request: Request, principal: Admin) -> CreatedKey:
 
 @router.get("", response_model=list[KeyOut])
 async def list_all(request: Request, principal: Admin) -> list[KeyOut]:
-    """Your tenant's keys (ids, names, scopes, dates); secrets are never shown again."""
+    """Your tenant's unrevoked keys and its 100 most recently revoked ones (ids, names, scopes,
+    dates); secrets are never shown again."""
     return await list_keys(engine=request.app.state.engine, tenant_id=principal.tenant_id)
 
 
