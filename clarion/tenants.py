@@ -75,12 +75,27 @@ async def create_api_key(
     """Store a key for the tenant and return it in full (the only time it is visible).
 
     With ``key`` given (``clk_<id>_<secret>``), that exact key is stored, replacing one with the same id.
+    Without, a fresh key whose id no key has: a drawn id already taken is drawn again, never
+    replaced (it may be another tenant's key).
     """
     unknown = set(scopes) - set(ALL_SCOPES)
     if unknown:
         raise ValueError(f"unknown scopes: {', '.join(sorted(unknown))}")
     if key is None:
-        _, key = new_key()
+        while True:
+            _, drawn = new_key()
+            if await _store_key(
+                conn, key=drawn, tenant_id=tenant_id, scopes=scopes, name=name, replace=False
+            ):
+                return drawn
+    await _store_key(conn, key=key, tenant_id=tenant_id, scopes=scopes, name=name, replace=True)
+    return key
+
+
+async def _store_key(
+    conn: AsyncConnection, *, key: str, tenant_id: str, scopes: tuple[str, ...], name: str, replace: bool
+) -> bool:
+    """Store ``key``; whether it was stored (not, when its id is taken and ``replace`` is false)."""
     parts = split_key(key)
     if parts is None:
         raise ValueError("an API key reads clk_<id>_<secret>")
@@ -88,6 +103,8 @@ async def create_api_key(
     stmt = insert(_keys).values(
         id=key_id, tenant_id=tenant_id, name=name, secret_hash=hash_secret(secret), scopes=list(scopes)
     )
+    if not replace:
+        return (await conn.execute(stmt.on_conflict_do_nothing().returning(_keys.c.id))).first() is not None
     await conn.execute(
         stmt.on_conflict_do_update(
             index_elements=[_keys.c.id],
@@ -99,7 +116,7 @@ async def create_api_key(
             },
         )
     )
-    return key
+    return True
 
 
 async def revoke_api_key(conn: AsyncConnection, *, key_id: str) -> bool:

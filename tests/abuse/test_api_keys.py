@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import CACHE_TTL_S
 from api.keys import MAX_REVOKED_SHOWN
-from clarion.tenants import create_api_key
-from harness.services import ApiServer, wait_until
+from clarion import tenants
+from clarion.tenants import create_api_key, split_key
+from harness.services import ApiServer, api_client, wait_until
 from tests.conftest import TenantInfo, make_tenant
 
 
@@ -108,3 +110,22 @@ async def test_the_key_list_shows_every_unrevoked_key_and_only_the_newest_revoke
     assert revoked == {f"old{n}" for n in range(extra - MAX_REVOKED_SHOWN, extra)}
     unrevoked = [k["id"] for k in listed if k["revoked_at"] is None]
     assert len(unrevoked) == 2 and kept.json()["id"] in unrevoked  # the tenant's own and the new one
+
+
+async def test_a_new_key_whose_drawn_id_is_taken_never_takes_over_the_existing_key(
+    client: httpx.AsyncClient, api: ApiServer, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Key ids are 48 random bits: a tenant creating keys in a loop draws, now and then, one
+    another tenant's key already has. The store was an upsert on the id (for ``clarion keys``
+    storing a given key), so such a create moved that key to the creating tenant with its new
+    secret, and the other tenant's key stopped working."""
+    victim = await make_tenant(engine)
+    taken_id = split_key(victim.key)[0]  # type: ignore[index]
+    drawn = iter([taken_id, "0123456789ab"])
+    monkeypatch.setattr(tenants.secrets, "token_hex", lambda _n: next(drawn))
+    created = await client.post("/v1/keys", json={"name": "mine", "scopes": ["admin"]})
+    monkeypatch.undo()
+    assert created.status_code == 201, created.text
+    assert created.json()["id"] == "0123456789ab"
+    async with api_client(api.url, victim.key) as v:
+        assert (await v.get("/v1/keys")).status_code == 200
