@@ -240,7 +240,17 @@ def _answer(status: int, **headers: str) -> httpx.Response:
 
 @pytest.mark.parametrize(
     ("headers", "attempt", "wait"),
-    [({"Retry-After": "2"}, 1, 2.0), ({}, 1, 0.5), ({}, 3, 2.0), ({"Retry-After": "9999"}, 1, 30.0)],
+    [
+        ({"Retry-After": "2"}, 1, 2.0),
+        ({}, 1, 0.5),
+        ({}, 3, 2.0),
+        ({"Retry-After": "9999"}, 1, 30.0),
+        # What a proxy or a broken server may answer: the backoff, never NaN (time.sleep raised on
+        # it and asyncio.sleep never returned) nor the date parser's ValueError out of a send.
+        ({"Retry-After": "nan"}, 1, 0.5),
+        ({"Retry-After": "soon"}, 2, 1.0),
+        ({"Retry-After": "Fri, 99 Foo 2026 25:61:00 GMT"}, 1, 0.5),
+    ],
 )
 def test_retry_wait(headers: dict[str, str], attempt: int, wait: float) -> None:
     assert retry_after_s(_answer(503, **headers), attempt, base_s=0.5, max_s=30.0) == wait

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import itertools
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -63,18 +64,25 @@ def next_page(call: Call, response: httpx.Response) -> Call | None:
 def retry_after_s(response: httpx.Response, attempt: int, *, base_s: float, max_s: float) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): the server's ``Retry-After`` (seconds or
     an HTTP date) when it sends one, else exponential backoff; never more than ``max_s``."""
-    header = response.headers.get("retry-after")
-    wait: float | None = None
-    if header:
-        try:
-            wait = float(header)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(header) if header else None
-            if when is not None:
-                wait = when.timestamp() - time.time()
+    wait = _server_wait_s(response.headers.get("retry-after"))
     if wait is None:
         wait = base_s * 2 ** (attempt - 1)
     return min(max(wait, 0.0), max_s)
+
+
+def _server_wait_s(header: str | None) -> float | None:
+    """``Retry-After`` in seconds, or None when absent or neither a number nor an HTTP date (what
+    a proxy may send: never NaN, which ``time.sleep`` refuses and ``asyncio.sleep`` never ends)."""
+    if not header:
+        return None
+    try:
+        wait = float(header)
+    except ValueError:
+        try:
+            wait = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
+        except (ValueError, TypeError, IndexError, OverflowError):
+            return None
+    return wait if math.isfinite(wait) or wait > 0 else None
 
 
 def should_retry(response: httpx.Response, attempt: int, max_retries: int) -> bool:
@@ -83,12 +91,8 @@ def should_retry(response: httpx.Response, attempt: int, max_retries: int) -> bo
 
 def raise_for(response: httpx.Response, retry_after: float | None = None) -> None:
     if response.status_code >= 400:
-        header = response.headers.get("retry-after")
-        if retry_after is None and header:
-            try:
-                retry_after = float(header)
-            except ValueError:
-                retry_after = None
+        if retry_after is None:
+            retry_after = _server_wait_s(response.headers.get("retry-after"))
         raise error_from(response, retry_after)
 
 
