@@ -17,6 +17,7 @@ from clarion_client import (
     AsyncClarion,
     AuthenticationError,
     Clarion,
+    ClarionError,
     ConflictError,
     InvalidRequestError,
     NotFoundError,
@@ -271,3 +272,30 @@ def test_a_503_past_the_retries_raises_with_the_error_body() -> None:
         with pytest.raises(ServiceUnavailableError) as unavailable:
             clarion.send(first_send("e-1"))
     assert unavailable.value.code == "database_unavailable" and len(calls) == 3 and len(set(calls)) == 1
+
+
+def test_a_next_link_to_another_origin_is_refused_without_sending_the_key_there() -> None:
+    """The template listings follow the answer's ``Link: rel="next"``; one naming another host
+    (a proxy's, a misconfigured or hostile server's) got the next request with the API key."""
+    seen: list[tuple[str, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers.get("authorization")))
+        link = '<http://collector.example/v1/templates?cursor=x>; rel="next"'
+        return httpx.Response(200, json=[], headers={"Link": link})
+
+    with Clarion("clk_a_b", "http://api.example", transport=httpx.MockTransport(handler)) as clarion:
+        with pytest.raises(ClarionError, match="another origin"):
+            clarion.list_templates()
+    assert seen == [("api.example", "Bearer clk_a_b")]
+
+
+def test_a_next_link_naming_the_same_page_is_refused_rather_than_read_for_ever() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json=[], headers={"Link": f'<{request.url.raw_path.decode()}>; rel="next"'}
+        )
+
+    with Clarion("clk_a_b", "http://api.example", transport=httpx.MockTransport(handler)) as clarion:
+        with pytest.raises(ClarionError, match="the page it was on"):
+            clarion.list_templates()

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from clarion_client.errors import error_from
+from clarion_client.errors import ClarionError, error_from
 from clarion_client.models import Notification
 
 T = TypeVar("T")
@@ -56,9 +56,24 @@ def parse(call: Call, response: httpx.Response) -> Any:
 
 
 def next_page(call: Call, response: httpx.Response) -> Call | None:
-    """The next page of a listing, when the answer names one (``Link: <...>; rel="next"``)."""
+    """The next page of a listing, when the answer names one (``Link: <...>; rel="next"``).
+
+    Only on the API's own origin, and never the page just read: a link elsewhere would get the
+    API key, one to the same page would be read for ever (``ClarionError`` ``invalid_link``)."""
     link = response.links.get("next")
-    return Call("GET", link["url"], parse=call.parse) if link else None
+    if not link:
+        return None
+    here = response.request.url
+    there = here.join(link["url"])
+    if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
+        raise _invalid_link(response, "names another origin")
+    if there == here:
+        raise _invalid_link(response, "names the page it was on")
+    return Call("GET", str(there), parse=call.parse)
+
+
+def _invalid_link(response: httpx.Response, why: str) -> ClarionError:
+    return ClarionError(response.status_code, "invalid_link", f"The answer's next-page link {why}.")
 
 
 def retry_after_s(response: httpx.Response, attempt: int, *, base_s: float, max_s: float) -> float:

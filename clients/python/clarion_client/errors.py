@@ -1,6 +1,7 @@
 """The API's error body, ``{"error": {"code", "message", "details"}}``, raised as exceptions.
 
-ClarionError                    any failure the API answered (status, code, message, details)
+ClarionError                    any failure the API answered (status, code, message, details);
+                                also invalid_link: a listing's next page named elsewhere
 ├── BadRequestError             400 (malformed_json)
 ├── AuthenticationError         401
 ├── PermissionDeniedError       403
