@@ -65,6 +65,19 @@ def _out(row: sa.Row) -> KeyOut:  # type: ignore[type-arg]
 _COLUMNS = (_keys.c.id, _keys.c.name, _keys.c.scopes, _keys.c.created_at, _keys.c.revoked_at)
 
 
+MAX_REVOKED_SHOWN = 100
+"""Revoked keys a tenant keeps and a listing shows, the most recently revoked. The cap counts
+unrevoked keys only, so a tenant creating and revoking keys in a loop grew the table and its
+listing without bound; each create now deletes the older ones (revoking a deleted key is a 404)."""
+_PRUNE_REVOKED = sa.text(
+    """
+    DELETE FROM api_keys WHERE id IN (
+        SELECT id FROM api_keys WHERE tenant_id = :t AND revoked_at IS NOT NULL
+         ORDER BY revoked_at DESC, id DESC OFFSET :kept)
+    """
+)
+
+
 async def create_key(
     *, engine: AsyncEngine, tenant_id: str, name: str, scopes: list[Scope], max_keys: int = 100
 ) -> CreatedKey:
@@ -78,15 +91,11 @@ async def create_key(
             message=f"A tenant may hold {max_keys} unrevoked keys; revoke one first.",
         )  # fmt: skip
         key = await create_api_key(conn, tenant_id=tenant_id, scopes=tuple(unique), name=name)
+        await conn.execute(_PRUNE_REVOKED, {"t": tenant_id, "kept": MAX_REVOKED_SHOWN})
         parts = split_key(key)
         assert parts is not None
         row = (await conn.execute(sa.select(*_COLUMNS).where(_keys.c.id == parts[0]))).one()
     return CreatedKey(key=key, **_out(row).model_dump())
-
-
-MAX_REVOKED_SHOWN = 100
-"""Revoked keys a listing shows, the most recently revoked. The cap counts unrevoked keys only, so
-a tenant creating and revoking keys in a loop would otherwise grow its listing without bound."""
 
 
 async def list_keys(*, engine: AsyncEngine, tenant_id: str) -> list[KeyOut]:
