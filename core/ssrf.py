@@ -14,7 +14,7 @@ one a second later (DNS rebinding) is never connected to by name.
 Errors (all ``UrlRefused``, with ``code`` for the API's error body)::
 
     UrlRefused
-     ├── code "url_invalid"        shape: scheme, user info, length, host, port
+     ├── code "url_invalid"        shape: scheme, user info, length, host (no zone id), port 1-65535
      ├── code "url_unresolvable"   no address (or DNS slower than the timeout)
      └── code "url_not_allowed"    an address that is not public and not allow-listed
 """
@@ -112,9 +112,13 @@ def parse_url(url: str) -> WebhookUrl:
         raise UrlRefused("url_invalid", "The URL may not carry a user name or password.")
     if parts.fragment:
         raise UrlRefused("url_invalid", "The URL may not carry a fragment.")
+    if port == 0:
+        raise UrlRefused("url_invalid", "The URL's port must be 1 to 65535.")
     host = (parts.hostname or "").lower().rstrip(".")
     if not host:
         raise UrlRefused("url_invalid", "The URL has no host.")
+    if "%" in host:  # an IPv6 zone id (RFC 6874) names a link of the sending host
+        raise UrlRefused("url_invalid", "The URL's host may not hold '%' (an IPv6 zone id, an escape).")
     scheme = parts.scheme.lower()
     port = port or (443 if scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

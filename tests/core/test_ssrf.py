@@ -26,6 +26,13 @@ ALLOW_LOCAL = ssrf.AllowList.parse(["127.0.0.1"])
         "http://example.com/\r\nX-Injected: 1",
         "http://exämple.com/",
         "http://example.com:99999/",
+        # Found accepted on 2026-11-30: port 0 was stored as written and called on port 80 (the
+        # scheme's default took its place); a zone id names a link of the sending host, which no
+        # public address has, and was carried into the address the send connects to.
+        "http://1.1.1.1:0/",
+        "https://example.com:00/",
+        "http://[2606:4700:4700::1111%25eth0]/",
+        "http://[2606:4700:4700::1111%eth0]/",
         "http://" + "a" * 10_000 + ".com/",
         "",
     ],
