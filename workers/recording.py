@@ -21,8 +21,8 @@ provider call's time unrecorded p99 71 / 65 ms against 147 / 168 ms (p50 13 / 12
 Guarantees kept:
 
 - the batch's offsets are committed only after every outcome is recorded: ``__aexit__`` returns
-  once the last one is, whether the block ended normally or by an exception (a cancelled batch
-  still records the calls it made);
+  once the last one is; a block ended by an exception (a cancelled batch) records what it reached
+  if it can within ``CANCELLED_WAIT_S``, and never holds up the worker's stop longer;
 - records never overlap: one at a time, in the order the outcomes came;
 - the same outcome is never recorded twice (``RECORD`` moves only ``sending`` rows anyway).
 """
@@ -30,11 +30,15 @@ Guarantees kept:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from workers.outcome import Outcome
 from workers.record import until_done
+
+log = logging.getLogger(__name__)
+CANCELLED_WAIT_S = 5.0
 
 
 class Recording:
@@ -64,6 +68,23 @@ class Recording:
     ) -> None:
         assert self._ticker is not None
         self._ticker.cancel()  # a record in progress is not cancelled with it: it is shielded
+        if kind is None:  # the batch is done: its offsets wait for every outcome, however long
+            await self._last()
+            return
+        # The batch was cancelled (the worker stopping past FastStream's grace, which then closes
+        # the pool without waiting for it) or failed: what it reached is recorded if that can be
+        # done within CANCELLED_WAIT_S, never holding up the stop; the rest is sent again after
+        # the lease, as every outcome was before outcomes were recorded as they came.
+        try:
+            async with asyncio.timeout(CANCELLED_WAIT_S):
+                await self._last()
+        except Exception as error:  # TimeoutError, or the pool closed under it
+            log.warning(
+                "a stopped batch's last outcomes were not recorded (%s): they are sent again after the lease",
+                type(error).__name__,
+            )
+
+    async def _last(self) -> None:
         if self._flush is not None:
             await self._flush
         await self._write()

@@ -17,6 +17,7 @@ from tests.workers.test_isolation import Recording as AcceptingProvider
 from tests.workers.test_isolation import build, row
 from workers.outcome import Outcome
 from workers.recipients import Address
+from workers import recording as recording_module
 from workers.recording import Recording
 
 
@@ -102,6 +103,21 @@ async def test_a_block_ended_by_an_exception_still_records_its_outcomes() -> Non
             recording.add(reached)
             raise asyncio.CancelledError
     assert written.calls == [[reached]]
+
+
+async def test_a_cancelled_block_never_waits_for_ever_on_a_record_that_cannot_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker stopping past FastStream's grace has its batch cancelled and its pool closed: the
+    last record gives up (the calls are sent again after the lease) instead of holding the stop."""
+    monkeypatch.setattr(recording_module, "CANCELLED_WAIT_S", 0.05)
+    written = Written()
+    written.hold = asyncio.Event()  # never set: the record hangs
+    with pytest.raises(asyncio.CancelledError):
+        async with Recording(record=written, every_s=60) as recording:
+            recording.add(outcome())
+            raise asyncio.CancelledError
+    assert len(written.calls) == 1 and written.open == 0  # tried, then given up
 
 
 async def test_a_failed_record_is_retried_with_the_same_outcomes() -> None:
