@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -45,6 +46,7 @@ from harness.fakes.sendgrid import SIGNATURE_HEADER, TIMESTAMP_HEADER, FakeSendG
 from harness.services import drop_database, fresh_database, wait_until
 from schema.partitions import ensure_ahead
 
+T = TypeVar("T")
 DAY = dt.date(2001, 2, 3)  # the notification's day: long before the migration's days
 TODAY = dt.datetime.now(dt.UTC).date()  # webhook events are stamped now()
 LINK = "https://example.com/a"
@@ -90,6 +92,24 @@ async def _notification(pool: asyncpg.Pool, *, late: str) -> UUID:
         return UUID(str(await conn.fetchval(NOTIFICATION, user, noon)))
 
 
+async def behind_the_move(
+    pool: asyncpg.Pool, *, parent: str, day: dt.date, work: Callable[[], Awaitable[T]]
+) -> T:
+    """``work()`` started while ``parent``'s ``day`` is being made (its rows moved out of the default)
+    in a transaction held open until the work waits for it (``pg_locks``); its result once the move
+    commits."""
+    async with pool.acquire() as mover, mover.transaction():
+        await ensure_ahead(mover, parent=parent, today=day, days_ahead=0)
+        task = asyncio.create_task(work())
+
+        async def waiting() -> bool:
+            return task.done() or bool(await pool.fetchval(WAITING))
+
+        await wait_until(waiting, 15, 0.01)
+        assert not task.done()  # it waits for the move
+    return await task
+
+
 @pytest.mark.parametrize(
     ("late", "day"), [("engagement", DAY), ("analytics_hourly", DAY), ("webhook_events", TODAY)]
 )
@@ -108,18 +128,11 @@ async def test_a_report_waiting_for_its_day_to_move_out_of_the_default_is_record
 
     await report(EngagementIn(type="clicked", link=LINK))  # the late day's first row: into its default
     assert await pool.fetchval(f"SELECT count(*) FROM {late}_default") == 1
-    async with pool.acquire() as mover, mover.transaction():
-        await ensure_ahead(mover, parent=late, today=day, days_ahead=0)  # moves it out
-        # No link: a click's check of the notification's links would read engagement first and wait
-        # there, its upsert then planned after the move.
-        opened = asyncio.create_task(report(EngagementIn(type="opened")))
-
-        async def waiting() -> bool:
-            return opened.done() or bool(await pool.fetchval(WAITING))
-
-        await wait_until(waiting, 15, 0.01)
-        assert not opened.done()  # it waits for the move
-    recorded = await opened
+    # No link: a click's check of the notification's links would read engagement first and wait
+    # there, its upsert then planned after the move.
+    recorded = await behind_the_move(
+        pool, parent=late, day=day, work=lambda: report(EngagementIn(type="opened"))
+    )
 
     assert (recorded.type, recorded.count, recorded.duplicate) == ("opened", 1, False)
     assert await pool.fetchval(f"SELECT count(*) FROM {late}_default") == 0
@@ -141,18 +154,10 @@ async def test_a_tracked_open_waiting_for_its_day_to_move_out_of_the_default_is_
     nid = await _notification(pool, late="engagement")
     ua = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Thunderbird/128.0"
     await record_hit(pool=pool, gate=gate, claims=TrackingClaims("t", nid, LINK), user_agent=ua)
-    async with pool.acquire() as mover, mover.transaction():
-        await ensure_ahead(mover, parent="engagement", today=DAY, days_ahead=0)
-        hit = asyncio.create_task(
-            record_hit(pool=pool, gate=gate, claims=TrackingClaims("t", nid, None), user_agent=ua)
-        )
-
-        async def waiting() -> bool:
-            return hit.done() or bool(await pool.fetchval(WAITING))
-
-        await wait_until(waiting, 15, 0.01)
-        assert not hit.done()  # it waits for the move
-    await hit
+    await behind_the_move(
+        pool, parent="engagement", day=DAY,
+        work=lambda: record_hit(pool=pool, gate=gate, claims=TrackingClaims("t", nid, None), user_agent=ua),
+    )  # fmt: skip
 
     rows = await pool.fetch("SELECT type, tableoid::regclass::text AS part FROM engagement ORDER BY type")
     assert [(r["type"], r["part"]) for r in rows] == [
@@ -182,16 +187,7 @@ async def test_a_twilio_report_waiting_for_its_day_to_move_out_of_the_default_is
             body=urlencode(form).encode(), signature=signature,
         )  # fmt: skip
 
-    async with pool.acquire() as mover, mover.transaction():
-        await ensure_ahead(mover, parent="engagement", today=DAY, days_ahead=0)
-        reported = asyncio.create_task(report())
-
-        async def waiting() -> bool:
-            return reported.done() or bool(await pool.fetchval(WAITING))
-
-        await wait_until(waiting, 15, 0.01)
-        assert not reported.done()  # it waits for the move
-    result = await reported
+    result = await behind_the_move(pool, parent="engagement", day=DAY, work=report)
 
     assert result.recorded == 1
     rows = await pool.fetch("SELECT type, tableoid::regclass::text AS part FROM engagement")
@@ -218,17 +214,8 @@ async def test_a_sendgrid_batch_waiting_for_its_day_to_move_out_of_the_default_i
             signature=headers[SIGNATURE_HEADER], timestamp=headers[TIMESTAMP_HEADER],
         )  # fmt: skip
 
-    async with pool.acquire() as mover, mover.transaction():
-        await ensure_ahead(mover, parent="engagement", today=DAY, days_ahead=0)
-        posted = asyncio.create_task(batch())
-
-        async def waiting() -> bool:
-            return posted.done() or bool(await pool.fetchval(WAITING))
-
-        await wait_until(waiting, 15, 0.01)
-        assert not posted.done()  # it waits for the move
     with pytest.raises(ApiError) as refused:
-        await posted
+        await behind_the_move(pool, parent="engagement", day=DAY, work=batch)
     assert (refused.value.status, refused.value.code) == (429, "callback_busy")
     assert await pool.fetchval("SELECT count(*) FROM engagement") == 0  # nothing of it kept
 
