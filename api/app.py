@@ -56,7 +56,8 @@ def create_app(settings: Settings) -> FastAPI:
         engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
         pool = await create_pool(settings.database_url, size=settings.db_pool_size)
         publisher = Publisher(settings.kafka_bootstrap or "")
-        outbox = Outbox(pool, publisher)
+        # A row no worker has taken is marked well inside the relay's grace (api/outbox.py).
+        outbox = Outbox(pool, publisher, mark_after_s=settings.relay_grace_s / 3)
         app.state.settings = settings
         app.state.engine = engine
         app.state.pool = pool
