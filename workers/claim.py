@@ -91,8 +91,9 @@ class ClaimedNotification:
 
 
 # A message taken from the broker was queued: the claim stamps ``queued_at`` on an ``accepted`` row
-# the API's outbox has not marked yet (the outbox skips rows a worker holds: api/outbox.py), so the
-# history still shows ``accepted -> queued -> sending``. The claim rewrites the row anyway.
+# the API's outbox has not marked, so the history still shows ``accepted -> queued -> sending``. That
+# is most rows: the outbox marks only the rows no worker has claimed within ``relay_grace_s / 3`` of
+# the broker's ack (api/outbox.py), so the claim's rewrite stands in for the ack's.
 CLAIM = f"""
 UPDATE notifications n
    SET status = 'sending',
