@@ -6,10 +6,12 @@ provider, and accept latency, with the API, an email worker and the relay as sep
                                                           # reference pipeline, 3 pairs, medians
     .venv/bin/python -m bench.e2e --load python --count 30000 --batch 100 --concurrency 8
     .venv/bin/python -m bench.e2e --api-workers 2            # clarion api --workers 2
+    .venv/bin/python -m bench.e2e --webhook-endpoint         # the tenant has a webhook endpoint
 
 The load comes from ``wrk`` (``bench/wrk_load.py``) for ``--seconds``, or from a Python client in
 this process for ``--count`` sends (``--load python``, the only one that batches). It starts its
-own Tansu broker and a fresh database (dropped afterwards).
+own Tansu broker and a fresh database (dropped afterwards). With ``--webhook-endpoint`` the bench
+tenant has an endpoint, so each send also queues a webhook delivery (``bench/webhook_endpoint.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import asyncpg
 
 from bench.load import Driver, LoadPlan
 from bench.procfs import children_of, cpu_s, machine_busy_s, pids_named
+from bench.webhook_endpoint import add_webhook_endpoint, queued_deliveries
 from clarion.broker import TansuBroker
 from clarion.kafka import create_topics
 from clarion.pg import asyncpg_dsn
@@ -221,10 +224,16 @@ def describe(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> str:
     )
 
 
-async def main(plan: LoadPlan, workers: int = 1, api_workers: int = 1) -> Measurement:
-    async with pipeline(plan, workers, api_workers) as p:
+async def main(
+    plan: LoadPlan, workers: int = 1, api_workers: int = 1, *, webhook_endpoint: bool = False
+) -> Measurement:
+    prepare = add_webhook_endpoint if webhook_endpoint else None
+    async with pipeline(plan, workers, api_workers, prepare=prepare) as p:
         measurement = await measure(p, plan)
+        queued = await queued_deliveries(p.database_url) if webhook_endpoint else 0
     print_figures(describe(plan, workers, api_workers), measurement)
+    if webhook_endpoint:
+        print(f"{'webhook deliveries queued (incl. warm-up)':44} {queued:10d}")
     return measurement
 
 
@@ -278,6 +287,11 @@ if __name__ == "__main__":
         "--load", default="wrk", choices=["wrk", "python"], help="load generator (batches: python)"
     )
     parser.add_argument(
+        "--webhook-endpoint",
+        action="store_true",
+        help="the bench tenant has a webhook endpoint (never called)",
+    )
+    parser.add_argument(
         "--reference",
         action="store_true",
         help="then run the reference pipeline (bench.reference) under the same load and compare",
@@ -290,4 +304,4 @@ if __name__ == "__main__":
     if args.reference:
         asyncio.run(compare(plan, args.pairs))
     else:
-        asyncio.run(main(plan, args.workers, args.api_workers))
+        asyncio.run(main(plan, args.workers, args.api_workers, webhook_endpoint=args.webhook_endpoint))
