@@ -27,13 +27,13 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _random10() -> bytes:
+def _random(size: int) -> bytes:
     global _pool, _at
     with _lock:
-        if _at + 10 > len(_pool):
-            _pool, _at = os.urandom(_POOL_BYTES), 0
-        chunk = _pool[_at : _at + 10]
-        _at += 10
+        if _at + size > len(_pool):
+            _pool, _at = os.urandom(max(_POOL_BYTES, size)), 0
+        chunk = _pool[_at : _at + size]
+        _at += size
         return chunk
 
 
@@ -48,13 +48,38 @@ def uuid7_at(when: datetime.datetime) -> uuid.UUID:
 
 
 def _uuid7(ms: int) -> uuid.UUID:
-    rand = int.from_bytes(_random10(), "big")
+    rand = int.from_bytes(_random(10), "big")
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= ((rand >> 62) & 0xFFF) << 64
     value |= 0b10 << 62
     value |= rand & ((1 << 62) - 1)
     return uuid.UUID(int=value)
+
+
+# Each byte's version nibble (7) or variant bits (0b10) over its random bits, for ``bytes.translate``.
+_VERSION = bytes(0x70 | (b & 0x0F) for b in range(256))
+_VARIANT = bytes(0x80 | (b & 0x3F) for b in range(256))
+
+
+def uuid7_texts(count: int) -> list[str]:
+    """``count`` UUIDv7s of this millisecond as 32 hex digits (what a ``uuid[]`` parameter takes).
+
+    Built a batch at a time, each step one C call over all of them: 500 ids took 1.65 ms as
+    ``uuid7()`` each, 0.13 ms so; its 16 steps cost ~10 us, so two ids or fewer are made one by one
+    (5 us for one id; timeit, 2026-11-29). For the webhook events of a batch of outcomes or
+    engagement reports (``core.webhook_events``)."""
+    if count < 3:
+        return [uuid7().hex for _ in range(count)]
+    ms = (time.time_ns() // 1_000_000 & ((1 << 48) - 1)).to_bytes(6, "big")
+    raw = bytearray((ms + bytes(10)) * count)
+    rand = _random(10 * count)
+    for i in range(10):
+        raw[6 + i :: 16] = rand[i::10]
+    raw[6::16] = raw[6::16].translate(_VERSION)
+    raw[8::16] = raw[8::16].translate(_VARIANT)
+    text = raw.hex()
+    return [text[i : i + 32] for i in range(0, 32 * count, 32)]
 
 
 def uuid7_time(value: uuid.UUID) -> datetime.datetime:

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from schema.ids import created_window, uuid7, uuid7_at, uuid7_time
+from schema.ids import created_window, uuid7, uuid7_at, uuid7_texts, uuid7_time
 
 
 def test_a_uuid7_carries_its_creation_time() -> None:
@@ -15,6 +15,17 @@ def test_a_uuid7_carries_its_creation_time() -> None:
     value = uuid7()
     after = dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=1)
     assert before <= uuid7_time(value) <= after
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 500])
+def test_a_batch_of_uuid7_texts_are_distinct_uuid7s_of_this_millisecond(count: int) -> None:
+    before = dt.datetime.now(dt.UTC) - dt.timedelta(milliseconds=1)
+    values = [uuid.UUID(text) for text in uuid7_texts(count)]
+    after = dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=1)
+    assert len(set(values)) == count
+    for value in values:
+        assert (value.version, value.variant) == (7, uuid.RFC_4122)
+        assert before <= uuid7_time(value) <= after
 
 
 def test_a_known_uuid7_decodes_to_its_time() -> None:
