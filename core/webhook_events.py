@@ -5,7 +5,7 @@ Emitted by the worker's record step (``sent``, ``failed``: ``workers.record``) a
 ``enqueue_event`` (and ``enqueue_events`` for a batch) writes, inside the caller's transaction,
 the event to the tenant's webhook log and one pending delivery per enabled endpoint subscribed to
 its type: an event exists if and only if the caller's change committed, and it is in the log
-before any process sends it. Tenants without any endpoint pay one index probe and get no rows
+before any process sends it. Tenants without any endpoint pay one index scan a batch and get no rows
 (their log starts when they register their first endpoint, so a replay reaches back to then).
 
 Payload (the signed body)::
@@ -31,7 +31,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from schema.enums import EngagementType
-from schema.ids import uuid7
+from schema.ids import uuid7_texts
 
 OUTCOME_EVENT_TYPES = ("notification.sent", "notification.failed")
 ENGAGEMENT_EVENT_TYPES = tuple(f"notification.{t.value}" for t in EngagementType)
@@ -59,28 +59,43 @@ class WebhookEventIn:
     occurred_at: datetime
 
 
+# One statement per batch, whatever its size. Its events come as parallel arrays beside one JSON
+# array of their bodies, encoded in one call (``bodies_of``) and split by ``json_array_elements``
+# (a ``json`` value keeps each element's text as sent; ``jsonb`` would re-encode it). Only the
+# events of tenants with an endpoint are logged (one index scan for the batch's tenants); each
+# enabled endpoint subscribed to one of the batch's types is locked once (``endpoint``), and a
+# delivery is queued per event and endpoint subscribed to its type.
+# Before (2026-11-29), each body was ``json.dumps``-ed alone, each id a ``uuid7()`` call, and the
+# join locked its endpoint once per delivery: 500 opens of a tenant with an endpoint took 43-48 ms
+# at the median and 9.9-10.2 ms of the caller's CPU, 29-33 ms and 4.2-4.3 ms so; 500 of a tenant
+# without one 32-34 and 14-15 ms; one event 0.4-0.7 ms both ways (``enqueue_events`` of the
+# base and this tree alternated A B B A in one process, 20 rounds, the machine under a CI run).
 ENQUEUE = """
 WITH v AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::timestamptz[], $6::text[])
-           AS v(id, tenant_id, notification_id, type, occurred_at, body)
-     WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.tenant_id = v.tenant_id)
-), ev AS (
+    SELECT r.id, r.tenant_id, r.notification_id, r.type, r.occurred_at, r.body::text AS body
+      FROM ROWS FROM (unnest($1::uuid[]), unnest($2::text[]), unnest($3::uuid[]), unnest($4::text[]),
+                      unnest($5::timestamptz[]), json_array_elements($6::text::json))
+           AS r(id, tenant_id, notification_id, type, occurred_at, body)
+     WHERE r.tenant_id = ANY(ARRAY(SELECT tenant_id FROM webhook_endpoints WHERE tenant_id = ANY($7::text[])))
+), endpoint AS (
+    SELECT id, tenant_id, event_types FROM webhook_endpoints
+     WHERE tenant_id = ANY($7::text[]) AND enabled AND event_types && $8::text[]
+       FOR KEY SHARE
+), logged AS (
     INSERT INTO webhook_events (id, tenant_id, notification_id, type, occurred_at, body)
     SELECT id, tenant_id, notification_id, type, occurred_at, body FROM v
-    RETURNING id, tenant_id, type, body
 )
 INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, body)
-SELECT gen_random_uuid(), e.id, ev.tenant_id, ev.id, ev.type, ev.body
-  FROM ev JOIN webhook_endpoints e
-    ON e.tenant_id = ev.tenant_id AND e.enabled AND ev.type = ANY(e.event_types)
-   FOR KEY SHARE OF e
+SELECT gen_random_uuid(), e.id, v.tenant_id, v.id, v.type, v.body
+  FROM v JOIN endpoint e ON e.tenant_id = v.tenant_id AND v.type = ANY(e.event_types)
 """
 # ``FOR KEY SHARE`` (what a foreign key check takes; no other writer of the endpoint waits for it)
-# holds the endpoint until this transaction commits, for ``LOCK_ENDPOINT``: disabling (by the tenant
-# or by Clarion after a failure streak) or deleting an endpoint waits for the deliveries being
-# queued to it, so its park or cancel sees them. Before,
-# those committed just after it stayed due for an endpoint disabled or gone, which every claim of
-# ``clarion webhooks`` then read past.
+# holds each endpoint queued to until this transaction commits, for ``LOCK_ENDPOINT``: disabling (by
+# the tenant or by Clarion after a failure streak) or deleting an endpoint waits for the deliveries
+# being queued to it, so its park or cancel sees them; an enqueue that comes while it is held waits,
+# and then reads the endpoint disabled or gone (the lock rechecks ``enabled`` on the row it waited
+# for). Before, those committed just after it stayed due for an endpoint disabled or gone, which
+# every claim of ``clarion webhooks`` then read past.
 LOCK_ENDPOINT = "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE"
 
 
@@ -97,10 +112,21 @@ UPDATE webhook_deliveries SET next_attempt_at = now()
 """
 
 
-def body_of(*, type: str, data: Mapping[str, Any], occurred_at: datetime) -> str:
-    """The JSON text that is stored, signed and sent (ASCII: no byte can differ on the way)."""
-    stamp = occurred_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return json.dumps({"type": type, "timestamp": stamp, "data": dict(data)}, separators=(",", ":"))
+_TYPES = frozenset(EVENT_TYPES)
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def bodies_of(events: Sequence[WebhookEventIn]) -> str:
+    """A JSON array of each event's body, the JSON text that is stored, signed and sent (ASCII: no
+    byte can differ on the way), encoded in one call; each timestamp is formatted once."""
+    stamps: dict[datetime, str] = {}
+    bodies = []
+    for e in events:
+        stamp = stamps.get(e.occurred_at)
+        if stamp is None:
+            stamp = stamps[e.occurred_at] = e.occurred_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        bodies.append({"type": e.type, "timestamp": stamp, "data": dict(e.data)})
+    return _ENCODE(bodies)
 
 
 async def enqueue_events(
@@ -108,20 +134,22 @@ async def enqueue_events(
 ) -> None:
     """Log ``events`` and queue their deliveries, in ``conn``'s open transaction (one statement).
 
-    Errors: ``ValueError`` for a type outside ``EVENT_TYPES``; database errors pass through (and
-    roll the caller's transaction back with them)."""
+    Errors: ``ValueError`` for a type outside ``EVENT_TYPES`` or data JSON cannot hold (NaN,
+    infinity); database errors pass through (and roll the caller's transaction back with them)."""
     if not events:
         return
-    for event in events:
-        if event.type not in EVENT_TYPES:
-            raise ValueError(f"unknown webhook event type {event.type!r}")
+    types = {e.type for e in events}
+    if not types <= _TYPES:
+        raise ValueError(f"unknown webhook event type {min(types - _TYPES)!r}")
     args = (
-        [uuid7() for _ in events],
+        uuid7_texts(len(events)),
         [e.tenant_id for e in events],
         [e.notification_id for e in events],
         [e.type for e in events],
         [e.occurred_at for e in events],
-        [body_of(type=e.type, data=e.data, occurred_at=e.occurred_at) for e in events],
+        bodies_of(events),
+        list({e.tenant_id for e in events}),
+        list(types),
     )
     if isinstance(conn, AsyncConnection):
         await conn.exec_driver_sql(ENQUEUE, args)
