@@ -77,7 +77,7 @@ async def test_a_mixed_batch_logs_each_hooked_event_and_queues_it_to_each_subscr
     )
 
     logged = await conn.fetch(
-        "SELECT id, tenant_id, notification_id, type, body FROM webhook_events WHERE tenant_id IN ($1, $2)",
+        "SELECT id, notification_id, type, occurred_at, body FROM webhook_events WHERE tenant_id IN ($1, $2)",
         HOOKED,
         QUIET,
     )
@@ -93,6 +93,7 @@ async def test_a_mixed_batch_logs_each_hooked_event_and_queues_it_to_each_subscr
     )
     for i, row in by_i.items():
         assert row["type"] == f"notification.{types[i]}" and f'"i":{i},' in row["body"]
+        assert row["occurred_at"] == AT.replace(second=i)
     queued = await conn.fetch(
         "SELECT endpoint_id, event_id, event_type, body FROM webhook_deliveries WHERE tenant_id IN ($1, $2)",
         HOOKED,
