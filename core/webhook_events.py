@@ -67,11 +67,14 @@ class WebhookEventIn:
 # delivery is queued per event and endpoint subscribed to its type.
 # Before (2026-11-29), each body was ``json.dumps``-ed alone, each id a ``uuid7()`` call, each
 # time sent as a datetime (asyncpg encodes one in 1.8 us), and the join locked its endpoint once per
-# delivery. 500 opens of a tenant with an endpoint took 18.3-19.1 ms at the median, 9.3-9.5 ms of
-# it the caller's CPU, and 13.1-13.9 ms, 3.3-3.4 ms so; 500 of a tenant without one 10.0-10.1 ms
-# (9.1-9.3 CPU), 4.5-4.6 (3.2) so; 20 events 1.1 -> 0.93-0.97 ms, without an endpoint 0.73-0.75
-# -> 0.50-0.59; one event 0.31-0.41 ms either way (``enqueue_events`` of both versions in one
-# process, calls alternated A B B A, 20 rounds each, medians of two kinds of events, quiet machine).
+# delivery. Medians before -> after, calls of both versions alternated A B B A in one process
+# (20 rounds; ranges over two kinds of event, quiet machine):
+#   500 events, tenant with an endpoint     18.3-19.1 -> 13.1-13.9 ms (caller's CPU 9.3-9.5 -> 3.3-3.4)
+#   500 events, tenant without one          10.0-10.1 ->  4.5-4.6 ms  (CPU 9.1-9.3 -> 3.2)
+#   20 events, with / without an endpoint    1.11-1.13 -> 0.93-0.97 / 0.73-0.75 -> 0.50-0.59 ms
+#   one event                                0.31-0.41 ms either way
+# ``bench.sendgrid_batch --endpoint`` (25,000 opens), A B B A twice: 1.85-1.95 -> 1.57-1.67 s. What
+# is left with an endpoint is mostly PostgreSQL writing two rows an event and their seven indexes.
 ENQUEUE = """
 WITH v AS (
     SELECT r.id, r.tenant_id, r.notification_id, r.type, r.stamp::timestamptz AS occurred_at, r.body::text AS body
