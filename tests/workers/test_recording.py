@@ -15,9 +15,9 @@ from providers.base import RenderedMessage, SendResult
 from schema.enums import Status
 from tests.workers.test_isolation import Recording as AcceptingProvider
 from tests.workers.test_isolation import build, row
+from workers import recording as recording_module
 from workers.outcome import Outcome
 from workers.recipients import Address
-from workers import recording as recording_module
 from workers.recording import Recording
 
 
