@@ -73,7 +73,8 @@ class Measurement:
     p99_s: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     # provider accepted -> outcome recorded, p50 and p99 (s): a worker killed inside it re-sends
-    unrecorded_s: tuple[float, float] = (0.0, 0.0)
+    # (None for the reference pipeline, which keeps no attempts)
+    unrecorded_s: tuple[float, float] | None = None
 
     def _groups(self) -> dict[str, list[int]]:
         groups = {name: [pid] for name, pid in self.processes.items()}
@@ -118,8 +119,9 @@ def print_figures(title: str, m: Measurement) -> None:
     print(f"{'accept latency p99 (ms)':44} {m.p99_s * 1000:10.1f}")
     print(f"{'delivered/s end to end (to sent)':44} {m.count / m.delivered_s:10.0f}")
     print(f"{'time to last sent after first send (s)':44} {m.delivered_s:10.2f}")
-    print(f"{'provider accepted -> recorded p50 (ms)':44} {m.unrecorded_s[0] * 1000:10.1f}")
-    print(f"{'provider accepted -> recorded p99 (ms)':44} {m.unrecorded_s[1] * 1000:10.1f}")
+    if m.unrecorded_s is not None:
+        print(f"{'provider accepted -> recorded p50 (ms)':44} {m.unrecorded_s[0] * 1000:10.1f}")
+        print(f"{'provider accepted -> recorded p99 (ms)':44} {m.unrecorded_s[1] * 1000:10.1f}")
     for name, ms in m.cpu_ms.items():
         print(f"{'CPU ms per notification, ' + name:44} {ms:10.3f}")
 
@@ -210,8 +212,11 @@ SELECT coalesce(percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract
 """
 
 
-async def unrecorded_s(conn: asyncpg.Connection, *, since: dt.datetime) -> tuple[float, float]:
-    """p50 and p99 of how long a sent notification's accepted provider call stayed unrecorded."""
+async def unrecorded_s(conn: asyncpg.Connection, *, since: dt.datetime) -> tuple[float, float] | None:
+    """p50 and p99 of how long a sent notification's accepted provider call stayed unrecorded
+    (None on a database without Clarion's attempts: the reference pipeline's)."""
+    if await conn.fetchval("SELECT to_regclass('delivery_attempts')") is None:
+        return None
     p50, p99 = await conn.fetchval(UNRECORDED, since)
     return float(p50), float(p99)
 
