@@ -23,6 +23,7 @@ from core.engagement import MAX_COUNTED, EngagementEvent, Recorded, record_engag
 from core.webhook_events import WebhookEventIn
 from harness.services import wait_until
 from schema.enums import EngagementType
+from tests.fixtures.db import rolled_back
 
 SENT = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 
@@ -30,15 +31,8 @@ SENT = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 @pytest.fixture
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection in a transaction rolled back after the test, with a tenant of its own."""
-    connection = await asyncpg.connect(asyncpg_dsn(database_url))
-    transaction = connection.transaction()
-    await transaction.start()
-    try:
-        await connection.execute("INSERT INTO tenants (id, name) VALUES ('t-engaged', 't-engaged')")
+    async with rolled_back(database_url, tenant_id="t-engaged") as connection:
         yield connection
-    finally:
-        await transaction.rollback()
-        await connection.close()
 
 
 async def _notification(conn: asyncpg.Connection, tenant: str = "t-engaged") -> uuid.UUID:

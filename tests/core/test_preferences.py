@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
-from clarion.pg import asyncpg_dsn
 from core.preferences import CategoryRule, PreferenceDecision, decide, record_opt_outs, wanted
+from tests.fixtures.db import rolled_back
 
 REQUIRED = CategoryRule(required=True)
 OPT_IN_ONLY = CategoryRule(default_opted_in=False)
@@ -146,15 +146,9 @@ def test_wanted_answers_as_decide_does(case: Case) -> None:
 
 @pytest.fixture
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(asyncpg_dsn(database_url))
-    transaction = connection.transaction()
-    await transaction.start()
-    try:
-        await connection.execute("INSERT INTO tenants (id, name) VALUES ('t-prefs', 't-prefs')")
+    """A connection in a transaction rolled back after the test, with a tenant of its own."""
+    async with rolled_back(database_url, tenant_id="t-prefs") as connection:
         yield connection
-    finally:
-        await transaction.rollback()
-        await connection.close()
 
 
 async def new_user(conn: asyncpg.Connection, prefs: dict[tuple[str, str], bool]) -> uuid.UUID:
