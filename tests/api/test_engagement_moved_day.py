@@ -45,15 +45,12 @@ from clarion.tracking_tokens import TrackingClaims
 from harness.fakes.sendgrid import SIGNATURE_HEADER, TIMESTAMP_HEADER, FakeSendGrid
 from harness.services import drop_database, fresh_database, wait_until
 from schema.partitions import ensure_ahead
+from tests.fixtures.db import LOCK_WAITERS
 
 T = TypeVar("T")
 DAY = dt.date(2001, 2, 3)  # the notification's day: long before the migration's days
 TODAY = dt.datetime.now(dt.UTC).date()  # webhook events are stamped now()
 LINK = "https://example.com/a"
-WAITING = """
-SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE NOT l.granted AND a.datname = current_database()
-"""
 NOTIFICATION = """
 INSERT INTO notifications (id, tenant_id, event_id, request_hash, user_id, channel, data, created_at)
 VALUES (gen_random_uuid(), 't', 'e', 'x', $1, 'push', '{}', $2) RETURNING id
@@ -103,7 +100,7 @@ async def behind_the_move(
         task = asyncio.create_task(work())
 
         async def waiting() -> bool:
-            return task.done() or bool(await pool.fetchval(WAITING))
+            return task.done() or bool(await pool.fetchval(LOCK_WAITERS))
 
         await wait_until(waiting, 15, 0.01)
         assert not task.done()  # it waits for the move

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
@@ -26,7 +25,7 @@ from clarion.settings import Settings
 from schema.enums import Channel, Priority
 from schema.ids import created_window
 from schema.messages import NotificationMessage
-from tests.fixtures.sends import email_send
+from tests.fixtures.sends import scheduled_email
 
 AS_ACCEPTED = sa.text(
     "UPDATE notifications SET status = 'accepted', send_at = NULL, not_before = NULL WHERE id = :id"
@@ -40,17 +39,10 @@ ROW = sa.text(
 )
 
 
-async def _scheduled(client: httpx.AsyncClient) -> str:
-    later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
-    response = await client.post("/v1/notifications", json=email_send(send_at=later))
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
-
-
 async def test_the_mark_writes_no_version_of_a_row_a_worker_claimed(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    claimed, waiting = await _scheduled(client), await _scheduled(client)
+    claimed, waiting = await scheduled_email(client), await scheduled_email(client)
     ids = [UUID(claimed), UUID(waiting)]
     async with engine.connect() as conn:
         transaction = await conn.begin()
@@ -83,7 +75,7 @@ class _Acks:
 async def test_stopping_the_outbox_marks_what_the_broker_acked_without_waiting(
     client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
 ) -> None:
-    nid = await _scheduled(client)
+    nid = await scheduled_email(client)
     async with engine.begin() as conn:
         row: Any = (
             await conn.execute(

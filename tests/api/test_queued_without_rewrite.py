@@ -8,7 +8,7 @@ sees inside the test's own transaction, so the session's relay and workers never
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from api.outbox import MARK_PUBLISHED, mark_published
 from api.relay import PICK
 from schema.ids import created_window
-from tests.fixtures.sends import email_send
+from tests.fixtures.sends import scheduled_email
 
 AS_ACCEPTED = sa.text(
     "UPDATE notifications SET status = 'accepted', send_at = NULL, not_before = NULL,"
@@ -30,13 +30,6 @@ HOT_UPDATES = sa.text(
     "SELECT pg_stat_get_xact_tuples_hot_updated(tableoid), pg_stat_get_xact_tuples_updated(tableoid)"
     " FROM notifications WHERE id = :id"
 )
-
-
-async def _scheduled(client: httpx.AsyncClient) -> str:
-    later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
-    response = await client.post("/v1/notifications", json=email_send(send_at=later))
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
 
 
 async def _mark(conn: AsyncConnection, nid: str) -> None:
@@ -52,7 +45,7 @@ async def _picked(conn: AsyncConnection, *, grace_s: float, stale_s: float) -> s
 async def test_the_broker_ack_is_a_hot_update_shown_as_queued(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    nid = await _scheduled(client)
+    nid = await scheduled_email(client)
     async with engine.begin() as conn:
         await conn.execute(AS_ACCEPTED, {"id": nid})
         hot_before, updated_before = (await conn.execute(HOT_UPDATES, {"id": nid})).one()
@@ -76,7 +69,7 @@ async def test_the_mark_skips_a_row_a_worker_holds_instead_of_waiting_for_it(
 ) -> None:
     """Waiting for a claim's or a record's lock made deadlocks (each a 1 s stall of both sides):
     the mark never waits, so it is never part of one."""
-    held, free = await _scheduled(client), await _scheduled(client)
+    held, free = await scheduled_email(client), await scheduled_email(client)
     async with engine.connect() as worker:
         await worker.execute(sa.text("SELECT 1 FROM notifications WHERE id = :id FOR UPDATE"), {"id": held})
         await asyncio.wait_for(mark_published(engine, [UUID(held), UUID(free)]), 10)
@@ -92,7 +85,7 @@ async def test_the_mark_skips_a_row_a_worker_holds_instead_of_waiting_for_it(
 
 
 async def test_search_tells_accepted_from_queued(client: httpx.AsyncClient, engine: AsyncEngine) -> None:
-    queued, scheduled = await _scheduled(client), await _scheduled(client)
+    queued, scheduled = await scheduled_email(client), await scheduled_email(client)
     async with engine.begin() as conn:
         await conn.execute(AS_ACCEPTED, {"id": queued})
         await _mark(conn, queued)
@@ -111,7 +104,7 @@ async def test_search_tells_accepted_from_queued(client: httpx.AsyncClient, engi
 async def test_the_relay_republishes_unacked_and_stale_rows_but_not_fresh_ones(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    unacked, fresh, stale, legacy = [await _scheduled(client) for _ in range(4)]
+    unacked, fresh, stale, legacy = [await scheduled_email(client) for _ in range(4)]
     async with engine.connect() as conn:
         transaction = await conn.begin()
         try:  # rolled back: the session's relay never sees these rows as due

@@ -28,6 +28,7 @@ from core.webhook_events import PARKED_AT
 from harness.services import drop_database, fresh_database, wait_until
 from schema.db import create_engine
 from schema.partitions import ensure_ahead
+from tests.fixtures.db import LOCK_WAITERS
 from workers.webhook_claim import ClaimedDelivery, claim
 from workers.webhook_record import RetryPolicy, record_result
 from workers.webhook_send import CallResult
@@ -47,10 +48,6 @@ INSERT INTO webhook_deliveries (id, created_at, endpoint_id, tenant_id, event_id
 VALUES (gen_random_uuid(), now(), $1, 't', gen_random_uuid(), 'notification.sent', '{}', 'pending')
 """
 HOLD = "SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE"
-WAITING = """
-SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE NOT l.granted AND a.datname = current_database()
-"""
 
 
 @pytest.fixture
@@ -94,7 +91,7 @@ async def _in_order(
             tasks.append(asyncio.create_task(writer()))
 
             async def waiting(n: int = n) -> bool:
-                return any(t.done() for t in tasks) or int(await pool.fetchval(WAITING)) >= n
+                return any(t.done() for t in tasks) or int(await pool.fetchval(LOCK_WAITERS)) >= n
 
             await wait_until(waiting, 15, 0.01)
             assert not any(t.done() for t in tasks)  # each waits (for the endpoint, or behind it)

@@ -23,6 +23,7 @@ from core.webhook_events import PARKED_AT
 from harness.services import drop_database, fresh_database, wait_until
 from schema.db import create_engine
 from schema.partitions import ensure_ahead, existing_days
+from tests.fixtures.db import LOCK_WAITERS
 from workers.webhook_claim import ClaimedDelivery, claim
 from workers.webhook_delivery import DeliverySettings, WebhookDeliverer
 from workers.webhook_record import RetryPolicy, record_result
@@ -110,11 +111,6 @@ async def test_a_disabled_endpoints_delivery_still_pending_past_retention_is_can
     ]  # within retention: waits
 
 
-# A backend of this database waiting for a lock it has not been granted.
-WAITING = """
-SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE NOT l.granted AND a.datname = current_database()
-"""
 POLICY = RetryPolicy(
     max_attempts=6, base_s=0.2, max_s=0.5, disable_after_failures=1000, disable_after_s=3600.0
 )
@@ -148,7 +144,7 @@ async def test_a_result_recorded_while_the_upkeep_moves_its_row_out_of_the_defau
         )
 
         async def waiting() -> bool:
-            return record.done() or bool(await pool.fetchval(WAITING))
+            return record.done() or bool(await pool.fetchval(LOCK_WAITERS))
 
         await wait_until(waiting, 15, 0.01)
         assert not record.done()  # it waits for the move
@@ -183,7 +179,7 @@ async def test_an_endpoint_enabled_while_the_upkeep_moves_its_parked_deliveries_
             )
 
             async def waiting() -> bool:
-                return enable.done() or bool(await pool.fetchval(WAITING))
+                return enable.done() or bool(await pool.fetchval(LOCK_WAITERS))
 
             await wait_until(waiting, 15, 0.01)
             assert not enable.done()  # it waits for the move
